@@ -1,0 +1,40 @@
+/* BLAKE3 (hash mode and keyed mode, extendable output), written for capsem-core from
+ * the published BLAKE3 specification. Used to check segment and body digests. */
+#ifndef CAPSEM_BLAKE3_H
+#define CAPSEM_BLAKE3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CAPSEM_BLAKE3_OUT_LEN 32
+#define CAPSEM_BLAKE3_KEY_LEN 32
+#define CAPSEM_BLAKE3_BLOCK_LEN 64
+#define CAPSEM_BLAKE3_CHUNK_LEN 1024
+#define CAPSEM_BLAKE3_MAX_DEPTH 54
+
+typedef struct {
+    uint32_t cv[8];
+    uint64_t chunk_counter;
+    uint8_t buf[CAPSEM_BLAKE3_BLOCK_LEN];
+    uint8_t buf_len;
+    uint8_t blocks_compressed;
+    uint8_t flags;
+} capsem_blake3_chunk_state;
+
+typedef struct {
+    uint32_t key[8];
+    capsem_blake3_chunk_state chunk;
+    uint8_t cv_stack_len;
+    uint8_t cv_stack[(CAPSEM_BLAKE3_MAX_DEPTH + 1) * CAPSEM_BLAKE3_OUT_LEN];
+} capsem_blake3_hasher;
+
+void capsem_blake3_hasher_init(capsem_blake3_hasher *self);
+void capsem_blake3_hasher_init_keyed(capsem_blake3_hasher *self, const uint8_t key[CAPSEM_BLAKE3_KEY_LEN]);
+void capsem_blake3_hasher_update(capsem_blake3_hasher *self, const void *input, size_t input_len);
+/* Writes out_len bytes of output (any length: extendable output). */
+void capsem_blake3_hasher_finalize(const capsem_blake3_hasher *self, uint8_t *out, size_t out_len);
+
+/* One-shot 32-byte digest of a buffer. Safe to call without the GIL. */
+void capsem_blake3_hash(const void *input, size_t input_len, uint8_t out[CAPSEM_BLAKE3_OUT_LEN]);
+
+#endif
