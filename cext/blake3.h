@@ -37,4 +37,9 @@ void capsem_blake3_hasher_finalize(const capsem_blake3_hasher *self, uint8_t *ou
 /* One-shot 32-byte digest of a buffer. Safe to call without the GIL. */
 void capsem_blake3_hash(const void *input, size_t input_len, uint8_t out[CAPSEM_BLAKE3_OUT_LEN]);
 
+/* Hashes n independent inputs: input i is base[offsets[i] .. offsets[i] + lengths[i]),
+ * and its 32-byte digest goes to out + 32 * i. Safe to call without the GIL. */
+void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
+                             size_t n, uint8_t *out);
+
 #endif

@@ -228,3 +228,8 @@ void capsem_blake3_hash(const void *input, size_t input_len, uint8_t out[CAPSEM_
     capsem_blake3_hasher_update(&h, input, input_len);
     capsem_blake3_hasher_finalize(&h, out, CAPSEM_BLAKE3_OUT_LEN);
 }
+
+void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
+                             size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) capsem_blake3_hash(base + offsets[i], (size_t)lengths[i], out + 32 * i);
+}
