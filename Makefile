@@ -1,0 +1,15 @@
+# The two commands of the README: `make demo` and `make test`. Both set everything up first.
+PY := .venv/bin/python
+
+.PHONY: setup demo test bench
+setup:
+	./scripts/setup
+
+demo: setup
+	./scripts/demo
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(PY) -m pytest -q bench --benchmark-only
