@@ -42,4 +42,21 @@ void capsem_blake3_hash(const void *input, size_t input_len, uint8_t out[CAPSEM_
 void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
                              size_t n, uint8_t *out);
 
+/* SIMD levels. The best one the CPU supports is chosen on first use; every level gives the
+ * same bytes, so switching only changes speed. */
+#define CAPSEM_BLAKE3_PORTABLE 0
+#define CAPSEM_BLAKE3_SSE41 1
+#define CAPSEM_BLAKE3_AVX2 2
+#define CAPSEM_BLAKE3_LEVELS 3
+
+/* The level in use. */
+int capsem_blake3_level(void);
+/* The highest level this CPU supports. */
+int capsem_blake3_max_level(void);
+/* Forces a level (tests and benchmarks). Returns 0, or -1 if the level is unknown or the CPU
+ * lacks it (nothing changes then). Calls already running finish on the level they began with. */
+int capsem_blake3_set_level(int level);
+/* "portable", "sse41", "avx2"; NULL for an unknown level. */
+const char *capsem_blake3_level_name(int level);
+
 #endif

@@ -1,0 +1,219 @@
+/* BLAKE3 SIMD kernels written once for any lane count. Included by blake3_avx2.c (8 lanes)
+ * and blake3_sse41.c (4 lanes), each compiled for its instruction set, after they define:
+ *
+ *   LANES, LANES_MIN       lanes per vector; the fewest inputs worth a partial group
+ *   vec                    a vector of LANES 32-bit words
+ *   v_add v_xor v_set1 v_load v_store v_rot16 v_rot12 v_rot8 v_rot7
+ *   load_msg(blocks, off, m)   m[w] = word w of the block at blocks[lane] + off, per lane
+ *   store_cvs(cv, out)         lane j's 8 CV words to out + 32 * j, for every lane
+ *   row_msg, row_load(block, &mm), row_pick(&mm, s, &x, &y)
+ *                          one block's message words, and the message rows of one step:
+ *                          x = words s[0] s[2] s[4] s[6], y = s[1] s[3] s[5] s[7], where s is
+ *                          the round's schedule (column step) or its second half (diagonal)
+ *
+ * "Lanes" run one compression per lane side by side (chunks of one input, parent nodes,
+ * or different small inputs); "rows" run one compression with the state's four rows in
+ * four 128-bit registers, for the blocks that must go one after another. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "blake3_impl.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---- lanes ------------------------------------------------------------------------- */
+
+ALWAYS_INLINE void lanes_g(vec v[16], int a, int b, int c, int d, vec x, vec y) {
+    v[a] = v_add(v_add(v[a], v[b]), x); v[d] = v_rot16(v_xor(v[d], v[a]));
+    v[c] = v_add(v[c], v[d]);           v[b] = v_rot12(v_xor(v[b], v[c]));
+    v[a] = v_add(v_add(v[a], v[b]), y); v[d] = v_rot8(v_xor(v[d], v[a]));
+    v[c] = v_add(v[c], v[d]);           v[b] = v_rot7(v_xor(v[b], v[c]));
+}
+
+ALWAYS_INLINE void lanes_compress(vec cv[8], const vec m[16], vec counter_lo, vec counter_hi, vec block_len,
+                                  vec flags) {
+    vec v[16];
+    for (int i = 0; i < 8; i++) v[i] = cv[i];
+    for (int i = 0; i < 4; i++) v[8 + i] = v_set1(CAPSEM_BLAKE3_IV[i]);
+    v[12] = counter_lo;
+    v[13] = counter_hi;
+    v[14] = block_len;
+    v[15] = flags;
+#pragma GCC unroll 7
+    for (int r = 0; r < 7; r++) {
+        const uint8_t *s = CAPSEM_BLAKE3_SCHEDULE[r];
+        lanes_g(v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
+        lanes_g(v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
+        lanes_g(v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
+        lanes_g(v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
+        lanes_g(v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
+        lanes_g(v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
+        lanes_g(v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
+        lanes_g(v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+    for (int i = 0; i < 8; i++) cv[i] = v_xor(v[i], v[i + 8]);
+}
+
+/* Up to LANES strided inputs of nblocks blocks; idle lanes repeat the last input and their
+ * CVs are dropped. Every block is loaded before any CV is stored (in-place parents). */
+static void lanes_group(const uint8_t *first, size_t stride, size_t count, size_t nblocks, const uint32_t key[8],
+                        uint64_t counter, uint64_t step, uint32_t flags, uint32_t flags_start, uint32_t flags_end,
+                        uint8_t *out) {
+    const uint8_t *blocks[LANES];
+    uint32_t lo[LANES], hi[LANES];
+    for (size_t j = 0; j < LANES; j++) {
+        size_t k = j < count ? j : count - 1;
+        uint64_t c = counter + k * step;
+        blocks[j] = first + k * stride;
+        lo[j] = (uint32_t)c;
+        hi[j] = (uint32_t)(c >> 32);
+    }
+    vec cv[8], m[16];
+    for (int i = 0; i < 8; i++) cv[i] = v_set1(key[i]);
+    const vec counter_lo = v_load(lo), counter_hi = v_load(hi), block_len = v_set1(CAPSEM_BLAKE3_BLOCK_LEN);
+    for (size_t b = 0; b < nblocks; b++) {
+        uint32_t f = flags | (b == 0 ? flags_start : 0) | (b + 1 == nblocks ? flags_end : 0);
+        load_msg(blocks, b * CAPSEM_BLAKE3_BLOCK_LEN, m);
+        lanes_compress(cv, m, counter_lo, counter_hi, block_len, v_set1(f));
+    }
+    if (count == LANES) {
+        store_cvs(cv, out);
+    } else {
+        uint8_t whole[LANES * 32];
+        store_cvs(cv, whole);
+        memcpy(out, whole, 32 * count);
+    }
+}
+
+static size_t lanes_hash_strided(const uint8_t *base, size_t stride, size_t n, size_t nblocks, const uint32_t key[8],
+                                 uint64_t counter, uint64_t step, uint32_t flags, uint32_t flags_start,
+                                 uint32_t flags_end, uint8_t *out) {
+    size_t done = 0;
+    while (n - done >= LANES_MIN) {
+        size_t count = n - done < LANES ? n - done : LANES;
+        lanes_group(base + done * stride, stride, count, nblocks, key, counter + done * step, step, flags,
+                    flags_start, flags_end, out + 32 * done);
+        done += count;
+    }
+    return done;
+}
+
+/* Many small inputs (at most one chunk each, hash mode: every one is a root chunk with
+ * counter 0). Each lane walks its own input block by block and takes the next input as soon
+ * as it finishes, so inputs of any mix of lengths keep the lanes busy without sorting. */
+typedef struct {
+    const uint8_t *base;
+    const uint64_t *offsets, *lengths;
+    size_t n, next;
+    uint8_t *out;
+    const uint8_t *src[LANES];
+    size_t left[LANES];
+    uint8_t *dst[LANES]; /* NULL: the lane is idle */
+    uint32_t start[LANES];
+    _Alignas(32) uint32_t cv[8][LANES]; /* word-major, so each row loads as one vector */
+} small_lanes;
+
+static int small_take(small_lanes *s, size_t j) {
+    while (s->next < s->n && s->lengths[s->next] > CAPSEM_BLAKE3_CHUNK_LEN) s->next++;
+    if (s->next == s->n) {
+        s->dst[j] = NULL;
+        return 0;
+    }
+    size_t i = s->next++;
+    s->src[j] = s->base + s->offsets[i];
+    s->left[j] = (size_t)s->lengths[i];
+    s->dst[j] = s->out + 32 * i;
+    s->start[j] = CHUNK_START;
+    for (int w = 0; w < 8; w++) s->cv[w][j] = CAPSEM_BLAKE3_IV[w];
+    return 1;
+}
+
+static void lanes_hash_small(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths, size_t n,
+                             uint8_t *out) {
+    static const uint8_t zero_block[CAPSEM_BLAKE3_BLOCK_LEN];
+    small_lanes s = {.base = base, .offsets = offsets, .lengths = lengths, .n = n, .next = 0, .out = out};
+    _Alignas(32) uint8_t pad[LANES][CAPSEM_BLAKE3_BLOCK_LEN];
+    _Alignas(32) uint32_t block_len[LANES], flags[LANES];
+    const uint8_t *blocks[LANES];
+    size_t busy = 0;
+    for (size_t j = 0; j < LANES; j++) busy += (size_t)small_take(&s, j);
+    while (busy > 0) {
+        for (size_t j = 0; j < LANES; j++) {
+            if (!s.dst[j]) {
+                blocks[j] = zero_block;
+                block_len[j] = 0;
+                flags[j] = 0;
+            } else if (s.left[j] > CAPSEM_BLAKE3_BLOCK_LEN) {
+                blocks[j] = s.src[j];
+                block_len[j] = CAPSEM_BLAKE3_BLOCK_LEN;
+                flags[j] = s.start[j];
+            } else {
+                /* The last block: never read past the input, pad with zeros. */
+                memset(pad[j], 0, sizeof pad[j]);
+                if (s.left[j]) memcpy(pad[j], s.src[j], s.left[j]);
+                blocks[j] = pad[j];
+                block_len[j] = (uint32_t)s.left[j];
+                flags[j] = s.start[j] | CHUNK_END | ROOT;
+            }
+        }
+        vec cv[8], m[16];
+        for (int w = 0; w < 8; w++) cv[w] = v_load(s.cv[w]);
+        load_msg(blocks, 0, m);
+        lanes_compress(cv, m, v_set1(0), v_set1(0), v_load(block_len), v_load(flags));
+        for (int w = 0; w < 8; w++) v_store(s.cv[w], cv[w]);
+        for (size_t j = 0; j < LANES; j++) {
+            if (!s.dst[j]) continue;
+            if (s.left[j] > CAPSEM_BLAKE3_BLOCK_LEN) {
+                s.src[j] += CAPSEM_BLAKE3_BLOCK_LEN;
+                s.left[j] -= CAPSEM_BLAKE3_BLOCK_LEN;
+                s.start[j] = 0;
+            } else {
+                /* A root's first 32 output bytes are its CV words. */
+                for (int w = 0; w < 8; w++) capsem_blake3_store32(s.dst[j] + 4 * w, s.cv[w][j]);
+                busy -= 1 - (size_t)small_take(&s, j);
+            }
+        }
+    }
+}
+
+/* ---- rows -------------------------------------------------------------------------- */
+
+ALWAYS_INLINE __m128i row_rot(__m128i x, int c) { return _mm_or_si128(_mm_srli_epi32(x, c), _mm_slli_epi32(x, 32 - c)); }
+
+ALWAYS_INLINE void row_g(__m128i *a, __m128i *b, __m128i *c, __m128i *d, __m128i x, __m128i y) {
+    const __m128i rot16 = _mm_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    const __m128i rot8 = _mm_setr_epi8(1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12);
+    *a = _mm_add_epi32(_mm_add_epi32(*a, *b), x); *d = _mm_shuffle_epi8(_mm_xor_si128(*d, *a), rot16);
+    *c = _mm_add_epi32(*c, *d);                   *b = row_rot(_mm_xor_si128(*b, *c), 12);
+    *a = _mm_add_epi32(_mm_add_epi32(*a, *b), y); *d = _mm_shuffle_epi8(_mm_xor_si128(*d, *a), rot8);
+    *c = _mm_add_epi32(*c, *d);                   *b = row_rot(_mm_xor_si128(*b, *c), 7);
+}
+
+/* rows a = v0..3, b = v4..7, c = v8..11, d = v12..15: the column step is G on each lane. For
+ * the diagonal step, rotate b, c, d left by 1, 2, 3 lanes so lane k holds (vk, v4+(k+1)%4, ...). */
+static void row_compress(const uint32_t cv[8], const uint8_t block[CAPSEM_BLAKE3_BLOCK_LEN], uint32_t block_len,
+                         uint64_t counter, uint32_t flags, uint32_t out[16]) {
+    const __m128i cv_lo = _mm_loadu_si128((const __m128i *)cv), cv_hi = _mm_loadu_si128((const __m128i *)(cv + 4));
+    __m128i a = cv_lo, b = cv_hi, c = _mm_loadu_si128((const __m128i *)CAPSEM_BLAKE3_IV);
+    __m128i d = _mm_setr_epi32((int)(uint32_t)counter, (int)(uint32_t)(counter >> 32), (int)block_len, (int)flags);
+    row_msg mm;
+    row_load(block, &mm);
+#pragma GCC unroll 7
+    for (int r = 0; r < 7; r++) {
+        __m128i x, y;
+        row_pick(&mm, CAPSEM_BLAKE3_SCHEDULE[r], &x, &y);
+        row_g(&a, &b, &c, &d, x, y);
+        b = _mm_shuffle_epi32(b, 0x39);
+        c = _mm_shuffle_epi32(c, 0x4E);
+        d = _mm_shuffle_epi32(d, 0x93);
+        row_pick(&mm, CAPSEM_BLAKE3_SCHEDULE[r] + 8, &x, &y);
+        row_g(&a, &b, &c, &d, x, y);
+        b = _mm_shuffle_epi32(b, 0x93);
+        c = _mm_shuffle_epi32(c, 0x4E);
+        d = _mm_shuffle_epi32(d, 0x39);
+    }
+    _mm_storeu_si128((__m128i *)out, _mm_xor_si128(a, c));
+    _mm_storeu_si128((__m128i *)(out + 4), _mm_xor_si128(b, d));
+    _mm_storeu_si128((__m128i *)(out + 8), _mm_xor_si128(c, cv_lo));
+    _mm_storeu_si128((__m128i *)(out + 12), _mm_xor_si128(d, cv_hi));
+}

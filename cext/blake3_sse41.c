@@ -1,0 +1,75 @@
+/* BLAKE3 with SSE4.1: four lanes of 32-bit words per register. Compiled with -msse4.1 and
+ * only called when the CPU reports SSE4.1 (see blake3_dispatch.c). */
+#include <immintrin.h>
+
+#include "blake3_impl.h"
+
+#define LANES 4
+/* A partial group costs as much as a full one; a single input is cheaper as rows. */
+#define LANES_MIN 2
+typedef __m128i vec;
+
+static inline vec v_add(vec a, vec b) { return _mm_add_epi32(a, b); }
+static inline vec v_xor(vec a, vec b) { return _mm_xor_si128(a, b); }
+static inline vec v_set1(uint32_t w) { return _mm_set1_epi32((int)w); }
+static inline vec v_load(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+static inline void v_store(void *p, vec v) { _mm_storeu_si128((__m128i *)p, v); }
+static inline vec v_rot16(vec x) {
+    return _mm_shuffle_epi8(x, _mm_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+}
+static inline vec v_rot8(vec x) {
+    return _mm_shuffle_epi8(x, _mm_setr_epi8(1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12));
+}
+static inline vec v_rot12(vec x) { return _mm_or_si128(_mm_srli_epi32(x, 12), _mm_slli_epi32(x, 20)); }
+static inline vec v_rot7(vec x) { return _mm_or_si128(_mm_srli_epi32(x, 7), _mm_slli_epi32(x, 25)); }
+
+/* r[j] holds 4 words of lane j; afterwards r[w] holds word w of every lane. */
+static inline void transpose4(vec r[4]) {
+    vec t0 = _mm_unpacklo_epi32(r[0], r[1]); /* words 0 1 of lanes 0, 1 */
+    vec t1 = _mm_unpackhi_epi32(r[0], r[1]); /* words 2 3 */
+    vec t2 = _mm_unpacklo_epi32(r[2], r[3]);
+    vec t3 = _mm_unpackhi_epi32(r[2], r[3]);
+    r[0] = _mm_unpacklo_epi64(t0, t2);
+    r[1] = _mm_unpackhi_epi64(t0, t2);
+    r[2] = _mm_unpacklo_epi64(t1, t3);
+    r[3] = _mm_unpackhi_epi64(t1, t3);
+}
+
+static inline void load_msg(const uint8_t *const blocks[LANES], size_t off, vec m[16]) {
+    for (int q = 0; q < 4; q++) {
+        for (int j = 0; j < 4; j++) m[4 * q + j] = v_load(blocks[j] + off + 16 * q);
+        transpose4(m + 4 * q);
+    }
+}
+
+static inline void store_cvs(const vec cv[8], uint8_t *out) {
+    for (int half = 0; half < 2; half++) {
+        vec r[4];
+        for (int w = 0; w < 4; w++) r[w] = cv[4 * half + w];
+        transpose4(r);
+        for (int j = 0; j < 4; j++) v_store(out + 32 * j + 16 * half, r[j]);
+    }
+}
+
+/* SSE4.1 has no cross-lane word permute: rows gather their message words one by one. */
+typedef struct {
+    uint32_t w[16];
+} row_msg;
+
+static inline void row_load(const uint8_t *block, row_msg *mm) {
+    for (int i = 0; i < 16; i++) mm->w[i] = capsem_blake3_load32(block + 4 * i);
+}
+
+static inline void row_pick(const row_msg *mm, const uint8_t *s, __m128i *x, __m128i *y) {
+    *x = _mm_setr_epi32((int)mm->w[s[0]], (int)mm->w[s[2]], (int)mm->w[s[4]], (int)mm->w[s[6]]);
+    *y = _mm_setr_epi32((int)mm->w[s[1]], (int)mm->w[s[3]], (int)mm->w[s[5]], (int)mm->w[s[7]]);
+}
+
+#include "blake3_lanes.h"
+
+const capsem_blake3_kernels capsem_blake3_sse41_kernels = {
+    .name = "sse41",
+    .compress = row_compress,
+    .hash_strided = lanes_hash_strided,
+    .hash_small = lanes_hash_small,
+};
