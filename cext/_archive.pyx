@@ -1,11 +1,30 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Native session.bodies access: header parsing with every length bounded."""
+"""Native session.bodies access: header parsing with every length bounded, the block-cursor
+reader (ArchiveReader), extent walking, and the verify-bodies kernel.
 
-from libc.stdint cimport uint8_t, uint32_t
+The reader follows Capsem's read protocol (one cursor: one block, one inflate stream, the
+inflated prefix in a reusable buffer of at most 16 MiB), so a forward walk through a block
+inflates each segment once. Errors are format.LedgerError kinds with Capsem's wording and
+the archive's path.
+"""
+
+import collections
+import os
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+cimport numpy as cnp
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp
 
 from archive_format cimport *
 
 from capsem_core import format as _fmt
+
+cnp.import_array()
 
 LIMITS = {
     "file_header_bytes": CAPSEM_FILE_HEADER_BYTES,
@@ -14,6 +33,90 @@ LIMITS = {
     "max_block_raw_bytes": CAPSEM_MAX_BLOCK_RAW_BYTES,
     "max_segment_expansion": CAPSEM_MAX_SEGMENT_EXPANSION,
 }
+
+cdef extern from "blake3.h" nogil:
+    void capsem_blake3_hash(const void *input, size_t input_len, uint8_t *out)
+
+cdef extern from "archive_reader.h" nogil:
+    ctypedef struct capsem_error:
+        capsem_status status
+        uint64_t at
+        uint8_t codec
+        uint8_t hash_mismatch
+        uint64_t raw_done
+        char detail[200]
+    ctypedef struct capsem_cursor:
+        pass
+    ctypedef struct capsem_extent:
+        uint8_t codec
+        uint64_t raw_len
+        uint64_t segments
+        int final
+    capsem_cursor *capsem_cursor_new()
+    void capsem_cursor_free(capsem_cursor *c)
+    void capsem_cursor_discard(capsem_cursor *c)
+    capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                      uint64_t end, capsem_error *err)
+    const uint8_t *capsem_cursor_raw(const capsem_cursor *c)
+    uint64_t capsem_cursor_held(const capsem_cursor *c)
+    int capsem_cursor_active(const capsem_cursor *c)
+    uint64_t capsem_cursor_block(const capsem_cursor *c)
+    int capsem_cursor_finished(const capsem_cursor *c)
+    uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c)
+    uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
+    capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
+                                     capsem_extent *out, capsem_error *err)
+
+cdef extern from "archive_file.h" nogil:
+    ctypedef struct capsem_archive_file:
+        int fd
+        const uint8_t *map
+        uint64_t size
+        uint64_t dev
+        uint64_t ino
+    ctypedef enum capsem_open_status:
+        CAPSEM_OPEN_OK
+        CAPSEM_OPEN_SYMLINK
+        CAPSEM_OPEN_NOT_REGULAR
+        CAPSEM_OPEN_IO
+    capsem_open_status capsem_file_open(capsem_archive_file *f, const char *path, int *errno_out)
+    int capsem_file_refresh(capsem_archive_file *f)
+    void capsem_file_close(capsem_archive_file *f)
+    int capsem_file_replaced(const capsem_archive_file *f, const char *path)
+
+cdef extern from "archive_verify.h" nogil:
+    int CAPSEM_V_OK
+    int CAPSEM_V_BODY_HASH
+    int CAPSEM_V_BAD_HASH_TEXT
+    int CAPSEM_V_SPAN
+    ctypedef struct capsem_verify_job:
+        pass
+    ctypedef struct capsem_verify_spec:
+        const uint8_t *base
+        uint64_t size
+        size_t nblocks
+        const int64_t *blk_offset
+        const int64_t *blk_disk_len
+        size_t nbodies
+        const int64_t *block_offset
+        const int64_t *body_offset
+        const int64_t *body_len
+        const uint8_t *digest
+        const uint8_t *hash_ok
+        uint8_t *status
+        int32_t *err_index
+        uint8_t *got
+        int threads
+        int use_libdeflate
+    capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec)
+    int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done)
+    int capsem_verify_finish(capsem_verify_job *job)
+    void capsem_verify_cancel(capsem_verify_job *job)
+    size_t capsem_verify_error_count(const capsem_verify_job *job)
+    const capsem_error *capsem_verify_error(const capsem_verify_job *job, size_t i)
+    void capsem_verify_free(capsem_verify_job *job)
+
+cdef uint64_t MAX_RAW = CAPSEM_MAX_BLOCK_RAW_BYTES
 
 
 def check_file_header(const uint8_t[::1] head not None, path=None):
@@ -48,3 +151,447 @@ def parse_segment_header(const uint8_t[::1] head not None, unsigned long long at
 
 def has_sync_tail(const uint8_t[::1] payload not None):
     return bool(capsem_has_sync_tail(&payload[0] if payload.shape[0] else NULL, payload.shape[0]))
+
+
+# --- errors -----------------------------------------------------------------------------
+
+# Finding kinds, by the archive status (or verify outcome) that produced them.
+KIND_BAD_BLOCK_HEADER = "bad_block_header"
+KIND_UNSUPPORTED_CODEC = "unsupported_codec"
+KIND_BAD_SEGMENT = "bad_segment"
+KIND_TRUNCATED = "truncated"
+KIND_SEGMENT_HASH = "segment_hash"
+KIND_INTEGRITY = "integrity"
+KIND_INFLATE = "inflate"
+KIND_OUT_OF_RANGE = "out_of_range"
+KIND_BODY_HASH = "body_hash"
+KIND_BAD_BODY_HASH_TEXT = "bad_body_hash_text"
+
+
+def error_text(kind, at, detail="", codec=0):
+    """Capsem's display text for an archive error kind, with our detail after a colon."""
+    if kind == KIND_BAD_BLOCK_HEADER:
+        return f"bad block header at offset {at}"
+    if kind == KIND_UNSUPPORTED_CODEC:
+        return f"block at offset {at} uses unsupported codec {codec}"
+    if kind == KIND_BAD_SEGMENT:
+        return f"bad segment at offset {at}" + (f": {detail}" if detail else "")
+    if kind == KIND_TRUNCATED:
+        return f"block at offset {at} is truncated: the file ends inside its payload"
+    if kind in (KIND_SEGMENT_HASH, KIND_INTEGRITY):
+        return f"block at offset {at} failed integrity check" + (f": {detail}" if detail else "")
+    if kind == KIND_INFLATE:
+        return f"block at offset {at} did not inflate: {detail}"
+    if kind == KIND_OUT_OF_RANGE:
+        return "body reference out of range for its block"
+    raise ValueError(kind)
+
+
+_KIND_ERROR = {
+    KIND_BAD_BLOCK_HEADER: _fmt.BadBlockHeader, KIND_UNSUPPORTED_CODEC: _fmt.UnsupportedCodec,
+    KIND_BAD_SEGMENT: _fmt.BadSegment, KIND_TRUNCATED: _fmt.TruncatedBlock,
+    KIND_SEGMENT_HASH: _fmt.IntegrityError, KIND_INTEGRITY: _fmt.IntegrityError,
+    KIND_INFLATE: _fmt.InflateError, KIND_OUT_OF_RANGE: _fmt.RefOutOfRange,
+}
+
+# Kinds whose `at` is a segment's file offset (the others name the block).
+SEGMENT_KINDS = frozenset({KIND_BAD_SEGMENT, KIND_SEGMENT_HASH, KIND_INTEGRITY, KIND_INFLATE})
+
+
+cdef str _kind_of(int status, int hash_mismatch):
+    if status == CAPSEM_E_BLOCK_HEADER:
+        return KIND_BAD_BLOCK_HEADER
+    if status == CAPSEM_E_CODEC:
+        return KIND_UNSUPPORTED_CODEC
+    if status == CAPSEM_E_SEGMENT:
+        return KIND_BAD_SEGMENT
+    if status == CAPSEM_E_TRUNCATED:
+        return KIND_TRUNCATED
+    if status == CAPSEM_E_INTEGRITY:
+        return KIND_SEGMENT_HASH if hash_mismatch else KIND_INTEGRITY
+    if status == CAPSEM_E_INFLATE:
+        return KIND_INFLATE
+    if status == CAPSEM_E_RANGE or status == CAPSEM_V_SPAN:
+        return KIND_OUT_OF_RANGE
+    if status == CAPSEM_V_BODY_HASH:
+        return KIND_BODY_HASH
+    if status == CAPSEM_V_BAD_HASH_TEXT:
+        return KIND_BAD_BODY_HASH_TEXT
+    return "unknown"
+
+
+cdef tuple _error_fields(const capsem_error *e):
+    """(kind, at, text) of a C error."""
+    kind = _kind_of(e.status, e.hash_mismatch)
+    detail = e.detail.decode("utf-8", "replace")
+    return kind, e.at, error_text(kind, e.at, detail, e.codec)
+
+
+cdef object _raise_error(const capsem_error *e, path):
+    if e.status == CAPSEM_E_NOMEM:
+        raise MemoryError(f"{path}: {e.detail.decode('utf-8', 'replace')}")
+    kind, at, text = _error_fields(e)
+    raise _KIND_ERROR[kind](text, path)
+
+
+cdef _open_archive(capsem_archive_file *f, path, bytes cpath):
+    cdef int err = 0
+    cdef capsem_open_status st
+    cdef const char *p = cpath
+    with nogil:
+        st = capsem_file_open(f, p, &err)
+    if st == CAPSEM_OPEN_SYMLINK:
+        raise _fmt.SymlinkRefused(f"archive path is a symlink: {path}", path)
+    if st == CAPSEM_OPEN_NOT_REGULAR:
+        raise _fmt.ArchiveError("io: not a regular file", path)
+    if st != CAPSEM_OPEN_OK:
+        raise _fmt.ArchiveError(f"io: {os.strerror(err)}", path)
+    if capsem_parse_file_header(f.map, f.size) != CAPSEM_OK:
+        size = f.size
+        capsem_file_close(f)
+        if size < CAPSEM_FILE_HEADER_BYTES:
+            raise _fmt.BadFileHeader(f"bad archive header: {size} bytes, shorter than the 16-byte file header", path)
+        raise _fmt.BadFileHeader("bad archive header: not a CAPSEMBL version 2 file", path)
+
+
+def _span_end(offset, length):
+    """end of a (u32, u32) span, or RefOutOfRange (before any I/O, as Capsem does)."""
+    if offset < 0 or length < 0 or offset + length > MAX_RAW:
+        return None
+    return offset + length
+
+
+# --- the reader ---------------------------------------------------------------------------
+
+cdef class ArchiveReader:
+    """A reader of one session.bodies file with Capsem's single block cursor.
+
+    Not shareable between threads (like Capsem's reader): one reader per thread. The file
+    is memory-mapped; the map is refreshed when a read needs bytes past it, so a reader
+    follows a writer appending to the same open block.
+    """
+    cdef capsem_archive_file f
+    cdef capsem_cursor *c
+    cdef readonly object path
+    cdef bytes cpath
+    cdef bint busy
+
+    def __cinit__(self, path):
+        self.c = NULL
+        self.f.fd = -1
+        self.f.map = NULL
+        self.f.size = 0
+        self.busy = False
+        self.path = Path(os.fspath(path))
+        self.cpath = os.fsencode(self.path)
+        _open_archive(&self.f, self.path, self.cpath)
+        self.c = capsem_cursor_new()
+        if self.c == NULL:
+            capsem_file_close(&self.f)
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self.c != NULL:
+            capsem_cursor_free(self.c)
+            self.c = NULL
+        capsem_file_close(&self.f)
+
+    def close(self):
+        if self.c != NULL:
+            capsem_cursor_free(self.c)
+            self.c = NULL
+        capsem_file_close(&self.f)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    cdef _check_open(self):
+        if self.c == NULL:
+            raise ValueError("the archive reader is closed")
+        if self.busy:
+            raise RuntimeError("an ArchiveReader is used by one thread at a time")
+
+    cdef bint _refresh(self) except -1:
+        """Re-map after growth; True when the mapped size changed."""
+        cdef uint64_t before = self.f.size
+        cdef int e = capsem_file_refresh(&self.f)
+        if e:
+            raise _fmt.ArchiveError(f"io: {os.strerror(e)}", self.path)
+        return self.f.size != before
+
+    cdef _reach(self, uint64_t block_offset, uint64_t end):
+        cdef capsem_error e
+        cdef capsem_status st
+        cdef int tries = 0
+        self.busy = True
+        try:
+            while True:
+                with nogil:
+                    st = capsem_cursor_reach(self.c, self.f.map, self.f.size, block_offset, end, &e)
+                if st == CAPSEM_OK:
+                    return
+                # The view may be stale: a writer appended since it was mapped.
+                if (st == CAPSEM_E_TRUNCATED or st == CAPSEM_E_BLOCK_HEADER) and tries < 8 and self._refresh():
+                    tries += 1
+                    continue
+                if st == CAPSEM_E_TRUNCATED:
+                    capsem_cursor_discard(self.c)
+                _raise_error(&e, self.path)
+        finally:
+            self.busy = False
+
+    def read(self, block_offset, offset, length):
+        """The raw bytes [offset, offset + length) of the block at block_offset."""
+        self._check_open()
+        end = _span_end(offset, length)
+        if end is None:
+            raise _fmt.RefOutOfRange(error_text(KIND_OUT_OF_RANGE, block_offset), self.path)
+        if block_offset < 0 or block_offset >= 1 << 64:
+            raise _fmt.BadBlockHeader(error_text(KIND_BAD_BLOCK_HEADER, block_offset), self.path)
+        self._reach(block_offset, end)
+        return PyBytes_FromStringAndSize(<const char *>capsem_cursor_raw(self.c) + <size_t>offset, <Py_ssize_t>length)
+
+    def read_verified(self, block_offset, offset, length, expected_digest):
+        """read(), then BodyHashMismatch unless BLAKE3 of the bytes equals expected_digest (32 bytes)."""
+        cdef const uint8_t[::1] want = expected_digest
+        if want.shape[0] != 32:
+            raise ValueError("a body digest is 32 bytes")
+        data = self.read(block_offset, offset, length)
+        cdef const uint8_t[::1] d = data
+        cdef uint8_t got[32]
+        with nogil:
+            capsem_blake3_hash(&d[0] if d.shape[0] else NULL, d.shape[0], got)
+        if memcmp(got, &want[0], 32) != 0:
+            raise _fmt.BodyHashMismatch(
+                f"archived body does not match the row that named it: index says "
+                f"{_fmt.body_hash_text(bytes(want))}, bytes hash to {_fmt.body_hash_text(bytes(got[:32]))}",
+                self.path)
+        return data
+
+    def walk_extent(self, block_offset, disk_len):
+        """(codec, raw_len, segments, final) of the committed extent, headers only (no inflate).
+
+        BadSegment when the extent does not end exactly on a segment boundary, a segment
+        follows a FINAL one or the headers do not chain; TruncatedBlock when the file ends
+        inside the extent; BadBlockHeader / UnsupportedCodec for the block header."""
+        self._check_open()
+        if block_offset < 0 or block_offset >= 1 << 64:
+            raise _fmt.BadBlockHeader(error_text(KIND_BAD_BLOCK_HEADER, block_offset), self.path)
+        if disk_len < 0 or disk_len >= 1 << 64:
+            raise _fmt.BadSegment(f"bad segment at offset {block_offset}: extent length {disk_len}", self.path)
+        cdef capsem_extent ext
+        cdef capsem_error e
+        cdef capsem_status st
+        cdef uint64_t b = block_offset, d = disk_len
+        if b + d > self.f.size or b + d < b:
+            self._refresh()
+        with nogil:
+            st = capsem_walk_extent(self.f.map, self.f.size, b, d, &ext, &e)
+        if st != CAPSEM_OK:
+            _raise_error(&e, self.path)
+        return ext.codec, ext.raw_len, ext.segments, bool(ext.final)
+
+    def file_was_replaced(self):
+        """True when the path no longer names the file opened (renamed over, removed)."""
+        return bool(capsem_file_replaced(&self.f, self.cpath))
+
+    @property
+    def size(self):
+        """The file's current size (the map is refreshed to it)."""
+        if self.c == NULL:
+            raise ValueError("the archive reader is closed")
+        self._refresh()
+        return self.f.size
+
+    @property
+    def blocks_inflated(self):
+        return capsem_cursor_blocks_inflated(self.c) if self.c != NULL else 0
+
+    @property
+    def segments_inflated(self):
+        return capsem_cursor_segments_inflated(self.c) if self.c != NULL else 0
+
+    @property
+    def identity(self):
+        """(st_dev, st_ino) recorded at open."""
+        return self.f.dev, self.f.ino
+
+
+# --- the verify kernel ----------------------------------------------------------------------
+
+Finding = collections.namedtuple(
+    "Finding",
+    "row_id event_id source_table direction block_offset body_offset body_len segment_offset kind message")
+Finding.__doc__ = ("One body that did not read back through its hashes. segment_offset is the failing "
+                   "segment's file offset when known; message reads like the doctor's.")
+
+VerifyOutcome = collections.namedtuple("VerifyOutcome", "status err_index got errors")
+VerifyOutcome.__doc__ = ("Raw kernel result: per-body status (0 = verified), index into errors (-1 none), "
+                         "the digest the bytes hashed to (body-hash mismatches only), and the list of "
+                         "(kind, at, text) archive errors.")
+
+
+cdef object _i64(a):
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bint use_libdeflate=True):
+    """Read every body of `bodies` (scan_bodies arrays, archive order) back through its segment
+    hashes and its own hash. `blocks` are scan_blocks arrays (for the one-call inflate of
+    closed blocks). Returns a VerifyOutcome; results are the same for any thread count.
+    progress(bytes_done, bodies_done) is called from this thread a few times per second."""
+    path = Path(os.fspath(bodies_path))
+    cdef bytes cpath = os.fsencode(path)
+    b_blk = _i64(bodies["block_offset"]); b_off = _i64(bodies["body_offset"]); b_len = _i64(bodies["body_len"])
+    b_dig = np.ascontiguousarray(bodies["digest"], dtype=np.uint8).reshape(-1, 32)
+    b_ok = np.ascontiguousarray(bodies["hash_ok"], dtype=np.uint8)
+    k_blk = _i64(blocks["block_offset"]); k_disk = _i64(blocks["disk_len"])
+    cdef size_t n = b_blk.shape[0]
+    if not (b_off.shape[0] == b_len.shape[0] == b_dig.shape[0] == b_ok.shape[0] == n):
+        raise ValueError("body arrays differ in length")
+    if k_blk.shape[0] != k_disk.shape[0]:
+        raise ValueError("block arrays differ in length")
+    if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:-1]):
+        order = np.argsort(k_blk, kind="stable")
+        k_blk = k_blk[order]; k_disk = k_disk[order]
+    status = np.zeros(n, np.uint8)
+    err_index = np.full(n, -1, np.int32)
+    got = np.zeros((n, 32), np.uint8)
+    if n == 0:
+        return VerifyOutcome(status, err_index, got, [])
+
+    cdef capsem_archive_file f
+    f.fd = -1
+    f.map = NULL
+    f.size = 0
+    _open_archive(&f, path, cpath)
+    cdef const int64_t[::1] vb = b_blk, vo = b_off, vl = b_len, kb = k_blk, kd = k_disk
+    cdef const uint8_t[:, ::1] vd = b_dig
+    cdef const uint8_t[::1] vk = b_ok
+    cdef uint8_t[::1] vs = status
+    cdef int32_t[::1] ve = err_index
+    cdef uint8_t[:, ::1] vg = got
+    cdef capsem_verify_spec spec
+    spec.base = f.map
+    spec.size = f.size
+    spec.nblocks = kb.shape[0]
+    spec.blk_offset = &kb[0] if kb.shape[0] else NULL
+    spec.blk_disk_len = &kd[0] if kd.shape[0] else NULL
+    spec.nbodies = n
+    spec.block_offset = &vb[0]
+    spec.body_offset = &vo[0]
+    spec.body_len = &vl[0]
+    spec.digest = &vd[0, 0]
+    spec.hash_ok = &vk[0]
+    spec.status = &vs[0]
+    spec.err_index = &ve[0]
+    spec.got = &vg[0, 0]
+    spec.threads = threads
+    spec.use_libdeflate = use_libdeflate
+    cdef capsem_verify_job *job = NULL
+    cdef int done = 0
+    cdef int rc = 0
+    cdef uint64_t bytes_done = 0, bodies_done = 0
+    cdef size_t i
+    errors = []
+    try:
+        with nogil:
+            job = capsem_verify_start(&spec)
+        if job == NULL:
+            raise MemoryError("could not start the verify workers")
+        try:
+            while not done:
+                with nogil:
+                    done = capsem_verify_wait(job, 250, &bytes_done, &bodies_done)
+                if progress is not None:
+                    progress(bytes_done, bodies_done)
+                PyErr_CheckSignals()
+        except BaseException:
+            capsem_verify_cancel(job)
+            raise
+        finally:
+            with nogil:
+                rc = capsem_verify_finish(job)
+        if rc != 0:
+            raise MemoryError("the verify workers ran out of memory")
+        for i in range(capsem_verify_error_count(job)):
+            errors.append(_error_fields(capsem_verify_error(job, i)))
+    finally:
+        if job != NULL:
+            capsem_verify_free(job)
+        capsem_file_close(&f)
+    return VerifyOutcome(status, err_index, got, errors)
+
+
+def _row_labels(db_path, ids):
+    """{rowid: (event_id, source_table, direction)} for the given event_body_blobs rows."""
+    labels = {}
+    if not len(ids):
+        return labels
+    uri = Path(os.fspath(db_path)).resolve().as_uri() + "?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        ids = [int(x) for x in ids]
+        for k in range(0, len(ids), 900):
+            chunk = ids[k:k + 900]
+            q = ("SELECT id, event_id, source_table, direction FROM event_body_blobs WHERE id IN (%s)"
+                 % ",".join("?" * len(chunk)))
+            for rid, event_id, table, direction in con.execute(q, chunk):
+                labels[rid] = (event_id, table, direction)
+    except sqlite3.Error as exc:
+        raise _fmt.LedgerError(f"cannot read the body index: {exc}", db_path) from exc
+    finally:
+        con.close()
+    return labels
+
+
+def findings_of(outcome, bodies, db_path=None):
+    """Findings for every body the kernel did not verify, in archive order."""
+    status = outcome.status
+    failing = np.flatnonzero(status)
+    ids = np.asarray(bodies["id"])[failing] if len(failing) else []
+    labels = _row_labels(db_path, ids) if db_path is not None else {}
+    blk = bodies["block_offset"]; off = bodies["body_offset"]; ln = bodies["body_len"]; dig = bodies["digest"]
+    findings = []
+    for i in failing.tolist():
+        rid = int(bodies["id"][i])
+        event_id, table, direction = labels.get(rid, (None, None, None))
+        s = int(status[i])
+        segment_offset = None
+        if s == CAPSEM_V_BODY_HASH:
+            kind = KIND_BODY_HASH
+            text = (f"archived body does not match the row that named it: index says "
+                    f"{_fmt.body_hash_text(bytes(dig[i]))}, bytes hash to {_fmt.body_hash_text(bytes(outcome.got[i]))}")
+        elif s == CAPSEM_V_BAD_HASH_TEXT:
+            kind = KIND_BAD_BODY_HASH_TEXT
+            text = "the row's body_hash is not blake3: followed by 64 lower-case hex digits"
+        elif s == CAPSEM_V_SPAN:
+            kind = KIND_OUT_OF_RANGE
+            text = error_text(kind, int(blk[i]))
+        else:
+            kind, at, text = outcome.errors[int(outcome.err_index[i])]
+            if kind in SEGMENT_KINDS:
+                segment_offset = int(at)
+        who = f"{event_id} {table}/{direction}" if event_id is not None else f"row {rid}"
+        findings.append(Finding(rid, event_id, table, direction, int(blk[i]), int(off[i]), int(ln[i]),
+                                segment_offset, kind, f"{who}: {text}"))
+    return findings
+
+
+def verify_ledger(db_path, bodies_path=None, int threads=0, progress=None, bint use_libdeflate=True):
+    """Scan the body index of db_path and verify every body in bodies_path (default: the
+    .bodies beside it). Returns (verified_count, findings)."""
+    from capsem_core import _index
+    bodies = _index.scan_bodies(db_path)
+    n = bodies["id"].shape[0]
+    if n == 0:
+        return 0, []
+    blocks = _index.scan_blocks(db_path)
+    if bodies_path is None:
+        bodies_path = _fmt.archive_path_for(db_path)
+    outcome = verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
+    findings = findings_of(outcome, bodies, db_path)
+    return n - len(findings), findings

@@ -1,0 +1,82 @@
+/* Opening and mapping session.bodies (facts §4.1). */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "archive_file.h"
+
+static int map_size(capsem_archive_file *f, uint64_t size) {
+    if (f->map) {
+        munmap((void *)f->map, (size_t)f->size);
+        f->map = NULL;
+        f->size = 0;
+    }
+    if (size == 0) return 0;
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (p == MAP_FAILED) return errno ? errno : EIO;
+    f->map = p;
+    f->size = size;
+    return 0;
+}
+
+capsem_open_status capsem_file_open(capsem_archive_file *f, const char *path, int *errno_out) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    *errno_out = 0;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        *errno_out = errno;
+        return CAPSEM_OPEN_IO;
+    }
+    if (S_ISLNK(st.st_mode)) return CAPSEM_OPEN_SYMLINK;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        *errno_out = errno;
+        return errno == ELOOP ? CAPSEM_OPEN_SYMLINK : CAPSEM_OPEN_IO;
+    }
+    if (fstat(fd, &st) != 0) {
+        *errno_out = errno;
+        close(fd);
+        return CAPSEM_OPEN_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return CAPSEM_OPEN_NOT_REGULAR;
+    }
+    f->fd = fd;
+    f->dev = (uint64_t)st.st_dev;
+    f->ino = (uint64_t)st.st_ino;
+    int e = map_size(f, (uint64_t)st.st_size);
+    if (e) {
+        *errno_out = e;
+        capsem_file_close(f);
+        return CAPSEM_OPEN_IO;
+    }
+    return CAPSEM_OPEN_OK;
+}
+
+int capsem_file_refresh(capsem_archive_file *f) {
+    struct stat st;
+    if (f->fd < 0) return EBADF;
+    if (fstat(f->fd, &st) != 0) return errno;
+    if ((uint64_t)st.st_size == f->size) return 0;
+    /* Shrinking is remapped too: touching mapped pages past a new end would fault. */
+    return map_size(f, (uint64_t)st.st_size);
+}
+
+void capsem_file_close(capsem_archive_file *f) {
+    if (f->map) munmap((void *)f->map, (size_t)f->size);
+    f->map = NULL;
+    f->size = 0;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+}
+
+int capsem_file_replaced(const capsem_archive_file *f, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 1;
+    return (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino;
+}

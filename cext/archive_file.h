@@ -1,0 +1,37 @@
+/* An open session.bodies file and its memory map, refreshed when the file grows (a writer
+ * may append while we read) and never read past the mapped size. */
+#ifndef CAPSEM_ARCHIVE_FILE_H
+#define CAPSEM_ARCHIVE_FILE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    int fd;
+    const uint8_t *map;
+    uint64_t size; /* bytes mapped (the file size at the last refresh) */
+    uint64_t dev;
+    uint64_t ino;
+} capsem_archive_file;
+
+typedef enum {
+    CAPSEM_OPEN_OK = 0,
+    CAPSEM_OPEN_SYMLINK = 1,     /* the path is a symlink: refused */
+    CAPSEM_OPEN_NOT_REGULAR = 2, /* a directory, device, fifo ... */
+    CAPSEM_OPEN_IO = 3,          /* errno says why */
+} capsem_open_status;
+
+/* lstat (refusing a symlink), open O_RDONLY|O_NOFOLLOW|O_CLOEXEC|O_NONBLOCK, require a regular
+ * file, record (st_dev, st_ino) and map the whole file. *errno_out is set on CAPSEM_OPEN_IO. */
+capsem_open_status capsem_file_open(capsem_archive_file *f, const char *path, int *errno_out);
+
+/* fstat and re-map when the size changed. Returns 0 or an errno. The old map pointer is
+ * invalid afterwards. */
+int capsem_file_refresh(capsem_archive_file *f);
+
+void capsem_file_close(capsem_archive_file *f);
+
+/* 1 when the path no longer names the file we opened (renamed over, deleted, unreadable). */
+int capsem_file_replaced(const capsem_archive_file *f, const char *path);
+
+#endif

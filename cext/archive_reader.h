@@ -1,0 +1,66 @@
+/* The block cursor of a session.bodies reader (Capsem's reader protocol, format version 2).
+ *
+ * A cursor holds one block: its offset, one inflate stream (zlib raw deflate or zstd), the
+ * raw bytes inflated so far and the file offset of the next segment header. Bytes come from
+ * a caller-owned view [base, base + size) of the file; the cursor never looks past size. */
+#ifndef CAPSEM_ARCHIVE_READER_H
+#define CAPSEM_ARCHIVE_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "archive_format.h"
+
+/* What went wrong, where: `at` is the block offset for block-level kinds and the segment's
+ * file offset for segment-level ones (as in Capsem, whose texts say "block" for both). */
+typedef struct {
+    capsem_status status;
+    uint64_t at;
+    uint8_t codec;
+    /* The segment's bytes hashed to something other than its header's digest. */
+    uint8_t hash_mismatch;
+    /* Raw bytes of the block the cursor held, all verified, when the error happened. */
+    uint64_t raw_done;
+    /* Detail for the message: the inflater's own words, or which check failed. */
+    char detail[200];
+} capsem_error;
+
+typedef struct capsem_cursor capsem_cursor;
+
+capsem_cursor *capsem_cursor_new(void);
+void capsem_cursor_free(capsem_cursor *c);
+
+/* Forget the open block (its inflater state is unknown after an error). */
+void capsem_cursor_discard(capsem_cursor *c);
+
+/* Make the cursor hold at least `end` raw bytes of the block at block_offset, starting a
+ * new block (restarting the inflater) when the cursor is on another one. On success the
+ * bytes are at capsem_cursor_raw(c)[0 .. held). Errors other than CAPSEM_E_TRUNCATED
+ * discard the cursor. CAPSEM_E_TRUNCATED leaves the cursor as it was before the segment
+ * that did not fit, so a caller whose view of a growing file was stale may widen the view
+ * and call again. */
+capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                  uint64_t end, capsem_error *err);
+
+const uint8_t *capsem_cursor_raw(const capsem_cursor *c);
+uint64_t capsem_cursor_held(const capsem_cursor *c);
+int capsem_cursor_active(const capsem_cursor *c);
+uint64_t capsem_cursor_block(const capsem_cursor *c);
+int capsem_cursor_finished(const capsem_cursor *c);
+uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c);
+uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c);
+
+/* Structure of a committed extent [block_offset, block_offset + disk_len), headers only:
+ * every segment header bounded and chained, the extent ending exactly on a segment end,
+ * nothing after a FINAL segment, non-final deflate payloads ending on a sync flush. */
+typedef struct {
+    uint8_t codec;
+    uint64_t raw_len;
+    uint64_t segments;
+    int final;
+} capsem_extent;
+
+capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
+                                 capsem_extent *out, capsem_error *err);
+
+#endif
