@@ -1,0 +1,56 @@
+/* The verify-bodies kernel: every indexed body read back through its segments' hashes and
+ * its own, in archive order, block by block across a pthread pool. No Python objects. */
+#ifndef CAPSEM_ARCHIVE_VERIFY_H
+#define CAPSEM_ARCHIVE_VERIFY_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "archive_reader.h"
+
+/* Per-body outcomes beyond the archive's own capsem_status values. */
+#define CAPSEM_V_OK 0
+#define CAPSEM_V_BODY_HASH 20      /* the span's bytes hash to something other than body_hash */
+#define CAPSEM_V_BAD_HASH_TEXT 21  /* body_hash in the index is not blake3: + 64 hex digits */
+#define CAPSEM_V_SPAN 22           /* the row's span is negative or past 16 MiB */
+
+typedef struct capsem_verify_job capsem_verify_job;
+
+typedef struct {
+    /* The archive bytes (a fixed map: verification never looks past size). */
+    const uint8_t *base;
+    uint64_t size;
+    /* body_blocks, ordered by block_offset: lets closed blocks take the one-call path. */
+    size_t nblocks;
+    const int64_t *blk_offset;
+    const int64_t *blk_disk_len;
+    /* event_body_blobs in archive order (block_offset, body_offset). */
+    size_t nbodies;
+    const int64_t *block_offset;
+    const int64_t *body_offset;
+    const int64_t *body_len;
+    const uint8_t *digest;  /* nbodies * 32 */
+    const uint8_t *hash_ok; /* nbodies */
+    /* Outputs, nbodies each: outcome, index into the error list (-1 none), and the digest
+     * the bytes hashed to (written only for body-hash mismatches). */
+    uint8_t *status;
+    int32_t *err_index;
+    uint8_t *got;
+    int threads;
+    int use_libdeflate;
+} capsem_verify_spec;
+
+/* Starts the workers. NULL when out of memory or no thread could start. */
+capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec);
+/* Waits up to timeout_ms; 1 when every worker has finished. Progress is read meanwhile. */
+int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done);
+/* Joins the workers. Returns 0, or -1 when a worker ran out of memory. The error list
+ * stays owned by the job until capsem_verify_free. */
+int capsem_verify_finish(capsem_verify_job *job);
+/* Asks the workers to stop after their current block (an interrupt). */
+void capsem_verify_cancel(capsem_verify_job *job);
+size_t capsem_verify_error_count(const capsem_verify_job *job);
+const capsem_error *capsem_verify_error(const capsem_verify_job *job, size_t i);
+void capsem_verify_free(capsem_verify_job *job);
+
+#endif
