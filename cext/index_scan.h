@@ -1,0 +1,42 @@
+/* Scans of the body index in session.db through the SQLite C API: rows go straight into
+ * caller arrays, no per-row objects. The whole scan runs in one read transaction, so the
+ * row count taken first is exact for the snapshot that is then read. */
+#ifndef CAPSEM_INDEX_SCAN_H
+#define CAPSEM_INDEX_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct capsem_index capsem_index;
+
+/* Opens read-only and begins a read transaction. Returns an SQLite result code; the
+ * message (when not SQLITE_OK) is copied to err. *out is set either way (close it). */
+int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen);
+void capsem_index_close(capsem_index *ix);
+
+/* COUNT(*) of a table named by a fixed string (not user input). */
+int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *err, size_t errlen);
+
+/* Arrays for event_body_blobs rows in archive order (block_offset, body_offset, id). */
+typedef struct {
+    int64_t *id, *block_offset, *body_offset, *body_len;
+    uint8_t *digest;  /* 32 per row, zero when the row's body_hash is malformed */
+    uint8_t *hash_ok; /* 1 when body_hash is "blake3:" + 64 lower-case hex digits */
+} capsem_body_rows;
+
+/* Arrays for body_blocks rows ordered by block_offset. */
+typedef struct {
+    int64_t *block_offset, *raw_len, *disk_len;
+} capsem_block_rows;
+
+/* Fill rows [start, cap) (resuming where the previous call stopped). *filled is the row
+ * count reached, *done 1 when the statement has no more rows. */
+int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t start, size_t cap, size_t *filled,
+                             int *done, char *err, size_t errlen);
+int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,
+                             int *done, char *err, size_t errlen);
+
+/* "blake3:" + 64 lower-case hex -> 32 bytes. 1 on success. */
+int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t out[32]);
+
+#endif

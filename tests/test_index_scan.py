@@ -1,0 +1,120 @@
+"""_index: body-index scans through the SQLite C API into numpy arrays."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capsem_core import _index
+from capsem_core import format as fmt
+from test_verify_kernel import make_ledger
+
+
+def _module_rows(db: Path) -> list[tuple]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT id, block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+                           "ORDER BY block_offset, body_offset, id").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory) -> Path:
+    return make_ledger(tmp_path_factory.mktemp("ledger"), rows=400, seed=7)
+
+
+def test_scan_bodies_returns_the_index_in_archive_order_with_decoded_digests(ledger):
+    got = _index.scan_bodies(ledger)
+    rows = _module_rows(ledger)
+    assert len(rows) == got["id"].shape[0] > 0
+    assert got["id"].tolist() == [r[0] for r in rows]
+    assert got["block_offset"].tolist() == [r[1] for r in rows]
+    assert got["body_offset"].tolist() == [r[2] for r in rows]
+    assert got["body_len"].tolist() == [r[3] for r in rows]
+    assert [fmt.body_hash_text(bytes(d)) for d in got["digest"]] == [r[4] for r in rows]
+    assert got["hash_ok"].dtype == np.bool_ and got["hash_ok"].all()
+    assert got["digest"].shape == (len(rows), 32) and got["digest"].dtype == np.uint8
+    for key in ("id", "block_offset", "body_offset", "body_len"):
+        assert got[key].dtype == np.int64
+
+
+def test_scan_blocks_returns_body_blocks_by_offset(ledger):
+    got = _index.scan_blocks(ledger)
+    con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+    rows = con.execute("SELECT block_offset, raw_len, disk_len FROM body_blocks ORDER BY block_offset").fetchall()
+    con.close()
+    assert list(zip(*(got[k].tolist() for k in ("block_offset", "raw_len", "disk_len")))) == rows
+    assert len(rows) > 1
+
+
+@pytest.mark.parametrize("bad", [
+    "blake3:" + "0" + "z" * 63,
+    "blake3:" + "AB" * 32,
+    "blake3:" + "ab" * 31 + "a ",
+    "sha256:" + "ab" * 32,
+    "blake3:" + "ab" * 33,
+    "",
+])
+def test_a_malformed_body_hash_is_flagged_not_raised(tmp_path, bad):
+    db = make_ledger(tmp_path, rows=5, seed=1)
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA ignore_check_constraints = 1")  # hostile rows the schema would refuse
+    victim = con.execute("SELECT id FROM event_body_blobs ORDER BY id LIMIT 1 OFFSET 2").fetchone()[0]
+    con.execute("UPDATE event_body_blobs SET body_hash = ? WHERE id = ?", (bad, victim))
+    con.commit()
+    con.close()
+    got = _index.scan_bodies(db)
+    flagged = got["id"][~got["hash_ok"]].tolist()
+    assert flagged == [victim]
+    assert not got["digest"][~got["hash_ok"]].any()
+
+
+def test_an_empty_index_gives_empty_arrays(tmp_path):
+    db = make_ledger(tmp_path, rows=0, seed=1)
+    got = _index.scan_bodies(db)
+    assert got["id"].shape == (0,) and got["digest"].shape == (0, 32)
+    assert _index.scan_blocks(db)["block_offset"].shape == (0,)
+
+
+def test_sqlite_failures_are_ledger_errors_naming_the_file(tmp_path):
+    with pytest.raises(fmt.LedgerError, match="no such file") as exc:
+        _index.scan_bodies(tmp_path / "missing.db")
+    assert exc.value.path == tmp_path / "missing.db"
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(fmt.LedgerError, match="not a database") as exc:
+        _index.scan_bodies(junk)
+    assert exc.value.path == junk
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).execute("CREATE TABLE t(x)").connection.close()
+    with pytest.raises(fmt.LedgerError, match="no such table: event_body_blobs"):
+        _index.scan_bodies(empty)
+    with pytest.raises(fmt.LedgerError, match="no such table: body_blocks"):
+        _index.scan_blocks(empty)
+
+
+def test_a_scan_does_not_write_to_the_ledger(tmp_path):
+    # (A WAL reader may create the -shm/-wal side files, as the sqlite3 module's does.)
+    db = make_ledger(tmp_path, rows=20, seed=3)
+    files = (db, db.with_suffix(".bodies"))
+    before = [p.read_bytes() for p in files]
+    _index.scan_bodies(db)
+    _index.scan_blocks(db)
+    assert [p.read_bytes() for p in files] == before
+
+
+def test_one_libsqlite3_is_mapped_and_both_sides_report_the_same_version():
+    code = (
+        "import sqlite3\n"
+        "from capsem_core import _index\n"
+        "libs = {l.split()[-1] for l in open('/proc/self/maps') if 'libsqlite3' in l}\n"
+        "print(len(libs), sqlite3.sqlite_version, _index.sqlite_version())\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert out[0] == "1"
+    assert out[1] == out[2]
