@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -42,6 +43,14 @@ def pair(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / S.SESSION_DB).write_bytes(b"")
     (directory / S.SESSION_BODIES).write_bytes(pack_file_header())
+
+
+@pytest.fixture(params=[1, 2, 256], ids=lambda n: f"probe{n}")
+def probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """--with-db checks this many rows one by one before it reads the directories; small
+    values drive the directory-scan path on small main.dbs."""
+    monkeypatch.setattr(S, "_WITH_DB_PROBE_ROWS", request.param)
+    return int(request.param)
 
 
 @pytest.fixture
@@ -88,7 +97,7 @@ def six(home: S.Home) -> S.Home:
     (("--with-db", "--with-model", "--with-net", "--with-tools", "--min-cost", "1", "--status", "running"), ["s4"]),
     (("--with-model", "-n", "1"), ["s6"]),
 ])
-def test_each_filter_and_their_combinations(six: S.Home, argv: tuple[str, ...], expected: list[str]) -> None:
+def test_each_filter_and_their_combinations(six: S.Home, probe: int, argv: tuple[str, ...], expected: list[str]) -> None:
     code, out, _ = run(*argv)
     assert code == 0
     if expected:
@@ -99,7 +108,7 @@ def test_each_filter_and_their_combinations(six: S.Home, argv: tuple[str, ...], 
     assert [o["id"] for o in json.loads(out)] == expected
 
 
-def test_with_db_filters_before_the_limit(home: S.Home) -> None:
+def test_with_db_filters_before_the_limit(home: S.Home, probe: int) -> None:
     for i in range(30):
         register(home, f"s{i:02d}", f"2026-03-01T10:{i:02d}:00Z")
     for sid in ("s00", "s01", "s02"):  # only the three oldest still have ledgers
@@ -112,7 +121,7 @@ def test_with_db_filters_before_the_limit(home: S.Home) -> None:
     assert len(ids(out)) == 10 and "*" not in out.split("\n\n")[0].replace("* =", "")
 
 
-def test_with_db_skips_a_directory_that_lacks_the_pair(home: S.Home, tmp_path: Path) -> None:
+def test_with_db_skips_a_directory_that_lacks_the_pair(home: S.Home, tmp_path: Path, probe: int) -> None:
     register(home, "a", "2026-03-01T10:00:00Z")
     register(home, "b", "2026-03-02T10:00:00Z")
     register(home, "c", "2026-03-03T10:00:00Z")
@@ -130,6 +139,30 @@ def test_with_db_skips_a_directory_that_lacks_the_pair(home: S.Home, tmp_path: P
     assert markers == {"d": " ", "c": " ", "b": " ", "a": "*"}
 
 
+def test_with_db_continues_past_sessions_created_at_the_same_instant(home: S.Home, probe: int) -> None:
+    for sid in ("a", "b", "c", "d", "e"):
+        register(home, sid, "2026-03-01T10:00:00Z")
+    register(home, "named-id", "2026-03-01T10:00:00Z", name="zed")
+    register(home, "other-id", "2026-03-01T10:00:00Z", name="yon")
+    for directory in ("b", "d"):
+        pair(home.sessions_root / directory)
+    pair(home.persistent_root / "zed")
+    pair(home.sessions_root / "other-id")  # not yon's directory: yon's ledger is gone
+    assert ids(run("--with-db")[1]) == ["named-id", "d", "b"]
+    assert "other-id" in ids(run()[1])
+    assert ids(run("--with-db", "-n", "2")[1]) == ["named-id", "d"]
+
+
+def test_directory_names_that_are_not_session_words_are_ignored(home: S.Home, probe: int) -> None:
+    register(home, "s1", "2026-03-01T10:00:00Z")
+    register(home, "s2", "2026-03-02T10:00:00Z")
+    pair(home.sessions_root / "s1")
+    os.mkdir(bytes(home.sessions_root) + b"/\xff\xfe-not-utf8")
+    (home.sessions_root / "has space").mkdir()
+    (home.sessions_root / ('"],"s2')).mkdir()  # JSON-looking junk must not match s2
+    assert ids(run("--with-db")[1]) == ["s1"]
+
+
 def test_a_negative_limit_and_a_nan_cost_are_usage_errors() -> None:
     parser = argparse.ArgumentParser()
     S.add_list_arguments(parser)
@@ -140,7 +173,7 @@ def test_a_negative_limit_and_a_nan_cost_are_usage_errors() -> None:
 
 # --- the ledger marker ---------------------------------------------------------------------
 
-def test_the_marker_follows_both_directory_kinds_and_the_display_name(home: S.Home) -> None:
+def test_the_marker_follows_both_directory_kinds_and_the_display_name(home: S.Home, probe: int) -> None:
     register(home, "eph-1", "2026-03-01T10:00:00Z")
     register(home, "vm-7f3a", "2026-03-02T10:00:00Z", name="co-work1")
     register(home, "vm-8b2c", "2026-03-03T10:00:00Z", name="code-vm1")

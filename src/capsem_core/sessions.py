@@ -200,6 +200,8 @@ def home_layout(home: Home | os.PathLike[str] | str | None = None,
 
 def session_word_problem(word: object) -> str | None:
     """Why ``word`` cannot name a session directory, or None when it can."""
+    if isinstance(word, str) and len(word) <= MAX_SESSION_WORD and _SESSION_WORD.fullmatch(word):
+        return None
     if not isinstance(word, str):
         return f"a session id or name must be text, not {type(word).__name__}"
     if word == "":
@@ -491,6 +493,9 @@ class SessionRow:
         return self.total_input_tokens + self.total_output_tokens
 
 
+# 1-based result columns, for ORDER BY on a compound SELECT.
+_ID_COLUMN = SESSION_COLUMNS.index("id") + 1
+_CREATED_AT_COLUMN = SESSION_COLUMNS.index("created_at") + 1
 _SELECT_SESSIONS = "SELECT " + ", ".join(f"s.{c}" for c in SESSION_COLUMNS) + " FROM sessions AS s"
 
 
@@ -758,19 +763,21 @@ class ListedSession:
 
 
 def _directory_names(root: Path) -> list[str]:
-    """Names of the real (not linked) subdirectories of ``root`` that could be session words.
-    One directory read; d_type answers is_dir without a stat per entry on most filesystems."""
+    """Names of the real (not linked) subdirectories of ``root``, in one directory read
+    (d_type answers is_dir without a stat per entry on most filesystems). A name that is
+    not a session word can belong to no session, so it is left out."""
     try:
         with os.scandir(root) as entries:
             return [e.name for e in entries
-                    if e.is_dir(follow_symlinks=False) and session_word_problem(e.name) is None]
+                    if e.is_dir(follow_symlinks=False) and len(e.name) <= MAX_SESSION_WORD
+                    and _SESSION_WORD.fullmatch(e.name)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
         raise LedgerError(f"cannot list ledger directories: {exc}", root) from exc
 
 
-def _where(flt: ListFilter) -> tuple[str, list[object]]:
+def _where(flt: ListFilter) -> tuple[list[str], list[object]]:
     conds: list[str] = []
     params: list[object] = []
     if flt.with_model:
@@ -785,49 +792,83 @@ def _where(flt: ListFilter) -> tuple[str, list[object]]:
     if flt.status is not None:
         conds.append("s.status = ?")
         params.append(flt.status)
-    if flt.with_db:
-        # A row's ledger directory is persistent/<name> when it has a name, else sessions/<id>.
-        conds.append("EXISTS (SELECT 1 FROM temp.ledger_dirs AS d "
-                     "WHERE d.persistent = (s.name IS NOT NULL) AND d.dname = COALESCE(s.name, s.id))")
-    return (" WHERE " + " AND ".join(conds)) if conds else "", params
+    return conds, params
+
+
+def _pair_at(directory: str) -> bool:
+    # The per-row check of list, on strings: pathlib costs more than the three lstats.
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return False
+        return (stat.S_ISREG(os.lstat(directory + "/" + SESSION_DB).st_mode)
+                and stat.S_ISREG(os.lstat(directory + "/" + SESSION_BODIES).st_mode))
+    except OSError:
+        return False
+
+
+# How many of the newest matching rows --with-db checks one by one before it reads the
+# ledger directories instead: most lists end here, and a scan costs a directory read.
+_WITH_DB_PROBE_ROWS = 256
 
 
 def list_sessions(flt: ListFilter, *, home: Home | os.PathLike[str] | str | None = None) -> list[ListedSession]:
     """Sessions of main.db, newest first, filtered, at most ``flt.limit`` of them.
 
-    With ``with_db`` the ledger directories are read once into a temporary table, SQLite
-    keeps only the rows whose directory exists, and rows are streamed (newest first) until
-    ``limit`` of them have the ledger pair really on disk."""
+    ``with_db`` is applied before the limit. The newest matching rows are first checked on
+    disk one by one (three ``lstat`` each); if that does not fill the list, both ledger
+    roots are read once and SQLite looks up the rows whose directory exists, older than the
+    last row checked, newest first."""
     layout = home_layout(home)
     path = layout.main_db
     if not path.exists():
         raise LedgerError(f"No main.db found at {path}")
     if flt.limit <= 0:
         return []
+    sessions_root = str(layout.sessions_root)
+    persistent_root = str(layout.persistent_root)
     conn = open_main_db(path)
+    out: list[ListedSession] = []
+    last: tuple[object, object] | None = None
+
+    def take(raw: Sequence[object]) -> bool:
+        """Add the row if it qualifies; True once the list is full."""
+        nonlocal last
+        last = (raw[4], raw[0])
+        sid, name = raw[0], raw[1]
+        word = name if name is not None else sid
+        if isinstance(word, str) and session_word_problem(word) is None:
+            directory: str | None = (persistent_root if name is not None else sessions_root) + "/" + word
+            on_disk = _pair_at(directory)  # type: ignore[operator]
+        else:
+            directory, on_disk = None, False
+        if flt.with_db and not on_disk:
+            return False
+        out.append(ListedSession(SessionRow.from_tuple(raw), None if directory is None else Path(directory), on_disk))
+        return len(out) >= flt.limit
+
     try:
-        if flt.with_db:
-            conn.execute("PRAGMA temp_store = MEMORY")
-            conn.execute("CREATE TEMP TABLE ledger_dirs (persistent INTEGER NOT NULL, dname TEXT NOT NULL, "
-                         "PRIMARY KEY (persistent, dname)) WITHOUT ROWID")
-            conn.executemany("INSERT OR IGNORE INTO temp.ledger_dirs VALUES (0, ?)",
-                             ((n,) for n in _directory_names(layout.sessions_root)))
-            conn.executemany("INSERT OR IGNORE INTO temp.ledger_dirs VALUES (1, ?)",
-                             ((n,) for n in _directory_names(layout.persistent_root)))
-        where, params = _where(flt)
-        sql = f"{_SELECT_SESSIONS}{where} ORDER BY s.created_at DESC, s.id DESC"
-        if not flt.with_db:
-            sql += " LIMIT ?"
-            params.append(flt.limit)
-        out: list[ListedSession] = []
-        for raw in conn.execute(sql, params):
-            row = SessionRow.from_tuple(raw)
-            directory = ledger_directory(layout, row.id, row.name)
-            on_disk = directory is not None and _pair_on_disk(directory)
-            if flt.with_db and not on_disk:
-                continue
-            out.append(ListedSession(row, directory, on_disk))
-            if len(out) >= flt.limit:
+        conds, params = _where(flt)
+        order = " ORDER BY s.created_at DESC, s.id DESC"
+        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        probe = flt.limit if not flt.with_db else max(flt.limit, _WITH_DB_PROBE_ROWS)
+        seen = 0
+        for raw in conn.execute(f"{_SELECT_SESSIONS}{where}{order} LIMIT ?", (*params, probe)):
+            seen += 1
+            if take(raw):
+                return out
+        if not flt.with_db or seen < probe or last is None:
+            return out
+        # Driven from the directories (key lookups, then a sort of those rows only), so the
+        # cost follows the ledgers on disk, not the size of main.db. The unary '+' keeps
+        # SQLite from walking every NULL name through idx_sessions_name instead.
+        ephemeral = json.dumps(_directory_names(layout.sessions_root))
+        persistent = json.dumps(_directory_names(layout.persistent_root))
+        rest = "".join(f" AND {c}" for c in conds) + " AND (+s.created_at, +s.id) < (?, ?)"
+        sql = (f"{_SELECT_SESSIONS} WHERE +s.name IS NULL AND s.id IN (SELECT value FROM json_each(?)){rest}"
+               f" UNION ALL {_SELECT_SESSIONS} WHERE s.name IN (SELECT value FROM json_each(?)){rest}"
+               f" ORDER BY {_CREATED_AT_COLUMN} DESC, {_ID_COLUMN} DESC")
+        for raw in conn.execute(sql, (ephemeral, *params, *last, persistent, *params, *last)):
+            if take(raw):
                 break
         return out
     except sqlite3.Error as exc:
