@@ -253,12 +253,10 @@ _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def _jdump(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-def _jstr(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
+# One encoder, made once: json.dumps with non-default options builds a new encoder per call.
+_jdump: Callable[[object], str] = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# A JSON string literal (quotes included) of a str.
+_jstr: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 _ts_cache: tuple[int, str] = (-1, "")
@@ -656,7 +654,7 @@ _PROFILES: dict[str, _Profile] = {
         tool_desc_bytes=500, max_history=600_000, tiny=False, api_exec_p=.3,
         think_time=(8.0, 240.0), delta_width=28, fs_window=256),
     "small": _Profile(
-        turns=(1, 1), steps=(2, 3), tools=(6, 12),
+        turns=(1, 1), steps=(2, 3), tools=(10, 20),
         tool_weights=(("builtin_exec", .32), ("mcp_search", .18), ("mcp_file", .1), ("grep", .1),
                       ("glob", .1), ("shell", .1), ("todo", .05), ("edit", .05)),
         result_bytes=(100, 300), file_bytes=(100, 300), download_bytes=(0, 0), download_p=0.0,
@@ -847,6 +845,8 @@ class _Session:
                *, stages: int = 2, cred: str | None = None, ask_approved: bool = True) -> str:
         """Rule match (if a rule matched) and the decision chain for one event. The rule and
         the first decision archive the same payload bytes, as Capsem's do."""
+        if self.p.tiny:
+            stages = 1  # the small mix keeps one decision per event: bodies, not rows
         action = _RULES[rule_id][0] if rule_id else "allow"
         effective = {"allow": "allow", "block": "block", "ask": "ask", "rewrite": "allow"}.get(action, "allow")
         ms = self.ms()
@@ -1271,9 +1271,9 @@ class _Session:
         eid = self.eid()
         started = self.now
         if self.p.tiny:
-            out = self.tiny(self.output(detail, 200))
+            out = self.output(detail, r.randint(100, 300))
             out_total = len(out.encode())
-            err = self.tiny(self.output("build", 160)) if r.random() < 0.3 else ""
+            err = self.output("build", r.randint(100, 300)) if r.random() < 0.3 else ""
             err_total = len(err.encode())
         else:
             out_total = self.logu(40, 60_000)
@@ -1410,9 +1410,9 @@ class _Session:
                               f"/packages/{self.hexid(2)}/{self.hexid(2)}/{self.hexid(60)}/{pkg}-1.0-py3-none-any.whl",
                               self.logu(*p.download_bytes))
             self.fs_burst(ctx, "/usr/local/lib/python3.11/site-packages/" + pkg.replace("-", "_"),
-                          r.randint(10, 3 * p.fs_window))
+                          r.randint(4, 20) if p.tiny else r.randint(10, 3 * p.fs_window))
         elif detail == "build":
-            self.fs_burst(ctx, f"{_FS_TOP}/build", self.logu(10, 3 * p.fs_window))
+            self.fs_burst(ctx, f"{_FS_TOP}/build", r.randint(2, 12) if p.tiny else self.logu(10, 3 * p.fs_window))
         elif detail == "pytest":
             self.fs(ctx, "modified", f"{_FS_TOP}/.pytest_cache/v/cache/lastfailed", r.randint(2, 900))
         elif detail == "git" and cmd.startswith("git push"):
@@ -1473,7 +1473,7 @@ class _Session:
             out, code, _ = self.exec_cmd(ctx, use.args["command"], "mcp", use.detail or "ls", "capsem-mcp")
             text = out if p.tiny else f"{out}\n[exit code {code}]"
             if p.tiny:
-                text = _fit(text, 40, 190, "ok")
+                text = _fit(text, 100, 170, "ok")
             is_error = code != 0
         elif use.kind == "builtin_snapshot":
             self.tick(0.2, 3.0)
@@ -1484,7 +1484,7 @@ class _Session:
             if p.tiny:
                 text = _fit(_jdump({"total_count": r.randint(0, 40), "items": [
                     {"number": r.randint(1, 900), "title": P.sentences[r.randrange(500)][:60], "state": "open"}]}),
-                    40, 190, "")
+                    100, 170, "")
             else:
                 n = max(1, self.sized(budget) // 700)
                 text = _jdump({"total_count": n + r.randint(0, 50), "incomplete_results": False, "items": [
@@ -1495,7 +1495,7 @@ class _Session:
                      "body": P.prose(r, 500)} for _ in range(n)]}, )
         else:  # mcp_file
             self.tick(0.1, 1.0)
-            text = _fit(P.code_text(r, 150), 40, 190, "") if p.tiny else P.code_text(r, self.sized(budget))
+            text = _fit(P.code_text(r, 150), 100, 170, "") if p.tiny else P.code_text(r, self.sized(budget))
         resp = _jdump({"jsonrpc": "2.0", "id": rid, "result": {
             "content": [{"type": "text", "text": text}], "isError": is_error}}).encode()
         duration = max(1, int((self.now - started) * 1000))
