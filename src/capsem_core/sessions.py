@@ -790,7 +790,9 @@ def _where(flt: ListFilter) -> tuple[list[str], list[object]]:
         conds.append("s.total_estimated_cost >= ?")
         params.append(float(flt.min_cost))
     if flt.status is not None:
-        conds.append("s.status = ?")
+        # '+': streaming the created_at index beats fetching every row of a common status
+        # through idx_sessions_status and sorting them.
+        conds.append("+s.status = ?")
         params.append(flt.status)
     return conds, params
 
