@@ -22,13 +22,19 @@ import stat
 import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from capsem_core.format import (
     FILE_HEADER_BYTES,
+    ArchiveError,
+    BadBlockHeader,
+    BadSegment,
     LedgerError,
+    TruncatedBlock,
+    UnsupportedCodec,
     archive_path_for,
     check_file_header,
 )
@@ -301,75 +307,127 @@ def _check_tables(conn: sqlite3.Connection, tables: set[str], result: CheckResul
     return {table: n for table, n in rows if isinstance(n, int)}
 
 
-def _check_body_archive(conn: sqlite3.Connection, tables: set[str], db_path: Path, bodies_path: Path,
-                        result: CheckResult) -> None:
+@dataclass(slots=True)
+class _BodyIndex:
+    """The body index as arrays (native scans): what the archive check and verify share."""
+
+    blocks: dict[str, Any]   # block_offset, raw_len, disk_len; ordered by block_offset
+    bodies: dict[str, Any]   # id, block_offset, body_offset, body_len, digest, hash_ok; archive order
+    archive_sound: bool = False
+
+
+def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
+                        result: CheckResult) -> _BodyIndex | None:
     if not all(t in tables for t in BODY_INDEX_TABLES):
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
-        return
-    bodies = int(_scalar(conn, "SELECT COUNT(*) FROM event_body_blobs"))
-    blocks = int(_scalar(conn, "SELECT COUNT(*) FROM body_blocks"))
-    blocks_end = int(_scalar(conn, "SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks"))
-    result.counts.update(bodies=bodies, blocks=blocks, blocks_end=blocks_end, archive_bytes=None)
+        return None
+    import numpy as np
+
+    from capsem_core import _index
+
+    index = _BodyIndex(_index.scan_blocks(db_path), _index.scan_bodies(db_path))
+    k_off, k_raw, k_disk = (index.blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
+    b_blk, b_off, b_len = (index.bodies[k] for k in ("block_offset", "body_offset", "body_len"))
+    k_end = k_off + k_disk
+    blocks_end = int(k_end.max()) if len(k_off) else 0
+    result.counts.update(bodies=int(len(b_blk)), blocks=int(len(k_off)), blocks_end=blocks_end,
+                         archive_bytes=None, extents_walked=0)
 
     # The index against itself: every body names a recorded block and fits in its raw bytes.
-    dangling = int(_scalar(conn, """
-        SELECT COUNT(*) FROM event_body_blobs AS b
-        WHERE NOT EXISTS (SELECT 1 FROM body_blocks AS k WHERE k.block_offset = b.block_offset)"""))
+    slot = np.searchsorted(k_off, b_blk)
+    inside = slot < len(k_off)
+    recorded = np.zeros(len(b_blk), dtype=bool)
+    recorded[inside] = k_off[slot[inside]] == b_blk[inside]
+    dangling = int(len(b_blk) - np.count_nonzero(recorded))
     if dangling:
         result.add(Finding("dangling_block", ERROR,
                            f"{dangling} bodies name a block body_blocks does not record", count=dangling))
-    overruns = int(_scalar(conn, """
-        SELECT COUNT(*) FROM event_body_blobs AS b JOIN body_blocks AS k ON k.block_offset = b.block_offset
-        WHERE b.body_offset + b.body_len > k.raw_len"""))
+    overruns = int(np.count_nonzero(b_off[recorded] + b_len[recorded] > k_raw[slot[recorded]]))
     if overruns:
         result.add(Finding("body_past_raw_len", ERROR,
                            f"{overruns} bodies run past the end of their block's raw bytes", count=overruns))
 
     # The blocks against each other: none may start inside the file header or inside the
     # extent of the block before it (the doctor does not look at this).
-    for off, prev_off, prev_end in conn.execute("""
-            SELECT block_offset, prev_offset, prev_end FROM (
-                SELECT block_offset,
-                       LAG(block_offset) OVER w AS prev_offset,
-                       LAG(block_offset + disk_len) OVER w AS prev_end
-                FROM body_blocks WINDOW w AS (ORDER BY block_offset))
-            WHERE block_offset < ? OR block_offset < prev_end""", (FILE_HEADER_BYTES,)):
-        if off < FILE_HEADER_BYTES:
-            result.add(Finding("block_in_file_header", ERROR,
-                               f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
-                               location={"block_offset": off}))
-        else:
-            result.add(Finding("block_overlap", ERROR,
-                               f"block at offset {off} starts inside the block at offset {prev_off}, "
-                               f"which ends at {prev_end}",
-                               location={"block_offset": off}))
+    for i in np.flatnonzero(k_off < FILE_HEADER_BYTES).tolist():
+        off = int(k_off[i])
+        result.add(Finding("block_in_file_header", ERROR,
+                           f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
+                           location={"block_offset": off}))
+    for i in (np.flatnonzero(k_off[1:] < k_end[:-1]) + 1).tolist():
+        off, prev = int(k_off[i]), int(k_off[i - 1])
+        result.add(Finding("block_overlap", ERROR,
+                           f"block at offset {off} starts inside the block at offset {prev}, "
+                           f"which ends at {int(k_end[i - 1])}",
+                           location={"block_offset": off}))
 
     # The file against the index.
     try:
-        size: int | None = os.stat(bodies_path).st_size
+        st = os.lstat(bodies_path)
     except FileNotFoundError:
-        size = None
+        st = None
     except OSError as exc:
         raise LedgerError(f"cannot stat: {exc.strerror}", bodies_path) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        result.add(Finding("archive_not_regular", ERROR,
+                           f"session.bodies is {what}; a ledger's archive must be a regular file beside session.db"))
+        return index
+    size = None if st is None else st.st_size
     if size is None:
-        if blocks > 0:
+        if len(k_off) > 0:
             result.add(Finding("archive_missing", ERROR,
-                               f"session.bodies is missing and {blocks} blocks are recorded"))
-        return
+                               f"session.bodies is missing and {len(k_off)} blocks are recorded"))
+        return index
     result.counts["archive_bytes"] = size
     if size < blocks_end:
         result.add(Finding("archive_short", ERROR,
                            f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
-        return
+        return index
     try:
         with open(bodies_path, "rb") as f:
             head = f.read(FILE_HEADER_BYTES)
         check_file_header(head, bodies_path)
     except LedgerError as exc:
         result.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
-        return
+        return index
     except OSError as exc:
         raise LedgerError(f"cannot read: {exc.strerror}", bodies_path) from None
+    _walk_extents(index, bodies_path, result)
+    index.archive_sound = result.findings_total == 0
+    return index
+
+
+def _walk_extents(index: _BodyIndex, bodies_path: Path, result: CheckResult) -> None:
+    """Every recorded extent must be a well-formed segment chain ending exactly at its
+    ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
+    from capsem_core import _archive
+
+    k_off, k_raw, k_disk = (index.blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
+    walked = 0
+    with _archive.ArchiveReader(bodies_path) as reader:
+        for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
+            try:
+                _, seg_raw, _, _ = reader.walk_extent(off, disk_len)
+            except LedgerError as exc:
+                if not isinstance(exc, ArchiveError):
+                    raise
+                result.add(Finding("bad_extent", ERROR,
+                                   f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
+                                   location={"block_offset": off, "kind": _ERROR_KINDS.get(type(exc), "archive")}))
+                continue
+            walked += 1
+            if seg_raw != raw_len:
+                result.add(Finding("raw_len_mismatch", ERROR,
+                                   f"block at offset {off} records raw_len {raw_len} but its segments hold "
+                                   f"{seg_raw} raw bytes", location={"block_offset": off}))
+    result.counts["extents_walked"] = walked
+
+
+_ERROR_KINDS: dict[type, str] = {
+    BadBlockHeader: "bad_block_header", UnsupportedCodec: "unsupported_codec", BadSegment: "bad_segment",
+    TruncatedBlock: "truncated",
+}
 
 
 def _check_fs_overflow(conn: sqlite3.Connection, tables: set[str], result: CheckResult) -> None:
@@ -391,13 +449,14 @@ def _check_tool_lifecycle(conn: sqlite3.Connection, tables: set[str], row_counts
         result.skip("tool_calls or tool_responses is missing")
         return
     calls, responses = row_counts["tool_calls"], row_counts["tool_responses"]
-    # A call and its response share call_id within one trace (IS: both may lack a trace).
+    # A call and its response share call_id within one trace (IS: both may lack a trace). The
+    # unary + keeps SQLite on the call_id index: a trace holds thousands of rows.
     unanswered = int(_scalar(conn, """
         SELECT COUNT(*) FROM tool_calls AS c WHERE NOT EXISTS (
-            SELECT 1 FROM tool_responses AS r WHERE r.call_id = c.call_id AND r.trace_id IS c.trace_id)"""))
+            SELECT 1 FROM tool_responses AS r WHERE r.call_id = c.call_id AND +r.trace_id IS c.trace_id)"""))
     orphaned = int(_scalar(conn, """
         SELECT COUNT(*) FROM tool_responses AS r WHERE NOT EXISTS (
-            SELECT 1 FROM tool_calls AS c WHERE c.call_id = r.call_id AND c.trace_id IS r.trace_id)"""))
+            SELECT 1 FROM tool_calls AS c WHERE c.call_id = r.call_id AND +c.trace_id IS r.trace_id)"""))
     result.counts.update(tool_calls=calls, tool_responses=responses,
                          calls_without_responses=unanswered, responses_without_calls=orphaned,
                          calls_missing_model_call=None, responses_missing_model_call=None)
@@ -520,35 +579,62 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
                          checks={name: CheckResult(name, title) for name, title in CHECKS})
     checks = report.checks
     conn = _open_read_only(db_path)
+    pages_conn = _open_read_only(db_path)
+    # quick_check is one long single-threaded pass over every page; the other checks run
+    # meanwhile on their own connection and are thrown away if it finds damage, so the
+    # report reads as if it had gone first (and a damaged file still ends it).
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capsem-quick-check")
+    pages = pool.submit(_check_pages, pages_conn, checks["pages"])
     try:
-        _check_pages(conn, checks["pages"])
+        failure: LedgerError | None = None
+        try:
+            _run_other_checks(conn, db_path, bodies_path, report, progress)
+        except LedgerError as exc:
+            failure = exc
+        except sqlite3.Error as exc:
+            failure = LedgerError(_sqlite_message(exc), db_path)
+        try:
+            pages.result()
+        except sqlite3.Error as exc:
+            raise LedgerError(_sqlite_message(exc), db_path) from None
         if checks["pages"].status == FAIL:
-            for name, check in checks.items():
+            for name, title in CHECKS:
                 if name != "pages":
-                    check.skip("the ledger's pages are damaged")
+                    checks[name] = CheckResult(name, title)
+                    checks[name].skip("the ledger's pages are damaged")
             return report
-        _refuse_other_builds(conn, db_path)
-        tables = _table_names(conn)
-        row_counts = _check_tables(conn, tables, checks["tables"])
-        _check_body_archive(conn, tables, db_path, bodies_path, checks["body_archive"])
-        _check_fs_overflow(conn, tables, checks["fs_overflow"])
-        _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
-        _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
-        _check_null_fields(conn, tables, row_counts, checks["null_fields"])
-        _check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
-        _check_previews(conn, tables, row_counts, rows, checks["previews"])
-        verify = checks["verify_bodies"]
-        if not verify_bodies:
-            verify.skip("not requested (--verify-bodies reads every body back through its hash)")
-        elif checks["body_archive"].status == FAIL:
-            verify.skip("the body index and archive disagree; bodies are not read until they agree")
-        else:
-            _verify_bodies(db_path, bodies_path, checks["body_archive"].counts, verify, progress)
-    except sqlite3.Error as exc:
-        raise LedgerError(_sqlite_message(exc), db_path) from None
+        if failure is not None:
+            raise failure
     finally:
+        if not pages.done():
+            pages_conn.interrupt()
+        pool.shutdown(wait=True)
+        pages_conn.close()
         conn.close()
     return report
+
+
+def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
+                      progress: ProgressCallback | None) -> None:
+    """Everything after page integrity, in the report's order."""
+    checks = report.checks
+    _refuse_other_builds(conn, db_path)
+    tables = _table_names(conn)
+    row_counts = _check_tables(conn, tables, checks["tables"])
+    index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"])
+    _check_fs_overflow(conn, tables, checks["fs_overflow"])
+    _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
+    _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
+    _check_null_fields(conn, tables, row_counts, checks["null_fields"])
+    _check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
+    _check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+    verify = checks["verify_bodies"]
+    if not report.verify_bodies:
+        verify.skip("not requested (--verify-bodies reads every body back through its hash)")
+    elif index is None or not index.archive_sound:
+        verify.skip("the body index and archive disagree; bodies are not read until they agree")
+    else:
+        _verify_bodies(db_path, bodies_path, index, verify, progress)
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:
@@ -564,15 +650,30 @@ def _refuse_other_builds(conn: sqlite3.Connection, db_path: Path) -> None:
     schema.check_schema(conn, db_path)
 
 
-def _verify_bodies(db_path: Path, bodies_path: Path, archive_counts: dict[str, Any], result: CheckResult,
+def _verify_bodies(db_path: Path, bodies_path: Path, index: _BodyIndex, result: CheckResult,
                    progress: ProgressCallback | None) -> None:
+    """Every body read back through its segments' hashes and its own (the native kernel)."""
     from capsem_core import _archive
 
-    kernel = getattr(_archive, "verify_bodies", None)
-    if kernel is None:
-        raise LedgerError("--verify-bodies needs the native verify kernel, which this build of "
-                          "capsem_core._archive does not have (rebuild with scripts/dev-build)", bodies_path)
-    raise LedgerError("--verify-bodies is not wired to this kernel yet", bodies_path)
+    bodies = index.bodies
+    total = int(len(bodies["id"]))
+    result.counts.update(bodies=total, verified=0, body_bytes=int(bodies["body_len"].sum()) if total else 0)
+    if total == 0:
+        return
+    begin, end = getattr(progress, "begin", None), getattr(progress, "end", None)
+    if begin is not None:
+        begin(result.counts["body_bytes"], total)
+    try:
+        outcome = _archive.verify_bodies(bodies_path, index.blocks, bodies, progress=progress)
+    finally:
+        if end is not None:
+            end()
+    failures = _archive.findings_of(outcome, bodies, db_path)
+    result.counts["verified"] = total - len(failures)
+    for f in failures:
+        location = {"event_id": f.event_id, "source_table": f.source_table, "direction": f.direction,
+                    "block_offset": f.block_offset, "segment_offset": f.segment_offset, "kind": f.kind}
+        result.add(Finding(f.kind, ERROR, f.message, location=location))
 
 
 # --- text rendering -------------------------------------------------------------------------
