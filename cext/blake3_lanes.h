@@ -6,10 +6,6 @@
  *   v_add v_xor v_set1 v_load v_store v_rot16 v_rot12 v_rot8 v_rot7
  *   load_msg(blocks, off, m)   m[w] = word w of the block at blocks[lane] + off, per lane
  *   store_cvs(cv, out)         lane j's 8 CV words to out + 32 * j, for every lane
- *   row_msg, row_load(block, &mm), row_pick(&mm, s, &x, &y)
- *                          one block's message words, and the message rows of one step:
- *                          x = words s[0] s[2] s[4] s[6], y = s[1] s[3] s[5] s[7], where s is
- *                          the round's schedule (column step) or its second half (diagonal)
  *
  * "Lanes" run one compression per lane side by side (chunks of one input, parent nodes,
  * or different small inputs); "rows" run one compression with the state's four rows in
@@ -23,12 +19,24 @@
 
 /* ---- lanes ------------------------------------------------------------------------- */
 
-ALWAYS_INLINE void lanes_g(vec v[16], int a, int b, int c, int d, vec x, vec y) {
-    v[a] = v_add(v_add(v[a], v[b]), x); v[d] = v_rot16(v_xor(v[d], v[a]));
-    v[c] = v_add(v[c], v[d]);           v[b] = v_rot12(v_xor(v[b], v[c]));
-    v[a] = v_add(v_add(v[a], v[b]), y); v[d] = v_rot8(v_xor(v[d], v[a]));
-    v[c] = v_add(v[c], v[d]);           v[b] = v_rot7(v_xor(v[b], v[c]));
+/* Four G functions side by side, each step done for all four before the next: only the
+ * state and a temporary stay live, which keeps the 16 state vectors in registers. */
+ALWAYS_INLINE void lanes_g4(vec v[16], const int g[4][4], const vec m[16], const uint8_t *s) {
+#define EACH for (int k = 0; k < 4; k++)
+    EACH v[g[k][0]] = v_add(v_add(v[g[k][0]], v[g[k][1]]), m[s[2 * k]]);
+    EACH v[g[k][3]] = v_rot16(v_xor(v[g[k][3]], v[g[k][0]]));
+    EACH v[g[k][2]] = v_add(v[g[k][2]], v[g[k][3]]);
+    EACH v[g[k][1]] = v_rot12(v_xor(v[g[k][1]], v[g[k][2]]));
+    EACH v[g[k][0]] = v_add(v_add(v[g[k][0]], v[g[k][1]]), m[s[2 * k + 1]]);
+    EACH v[g[k][3]] = v_rot8(v_xor(v[g[k][3]], v[g[k][0]]));
+    EACH v[g[k][2]] = v_add(v[g[k][2]], v[g[k][3]]);
+    EACH v[g[k][1]] = v_rot7(v_xor(v[g[k][1]], v[g[k][2]]));
+#undef EACH
 }
+
+/* Which state words (a, b, c, d) each G of the column and the diagonal step mixes. */
+static const int LANES_COLUMNS[4][4] = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
+static const int LANES_DIAGONALS[4][4] = {{0, 5, 10, 15}, {1, 6, 11, 12}, {2, 7, 8, 13}, {3, 4, 9, 14}};
 
 ALWAYS_INLINE void lanes_compress(vec cv[8], const vec m[16], vec counter_lo, vec counter_hi, vec block_len,
                                   vec flags) {
@@ -41,15 +49,8 @@ ALWAYS_INLINE void lanes_compress(vec cv[8], const vec m[16], vec counter_lo, ve
     v[15] = flags;
 #pragma GCC unroll 7
     for (int r = 0; r < 7; r++) {
-        const uint8_t *s = CAPSEM_BLAKE3_SCHEDULE[r];
-        lanes_g(v, 0, 4, 8, 12, m[s[0]], m[s[1]]);
-        lanes_g(v, 1, 5, 9, 13, m[s[2]], m[s[3]]);
-        lanes_g(v, 2, 6, 10, 14, m[s[4]], m[s[5]]);
-        lanes_g(v, 3, 7, 11, 15, m[s[6]], m[s[7]]);
-        lanes_g(v, 0, 5, 10, 15, m[s[8]], m[s[9]]);
-        lanes_g(v, 1, 6, 11, 12, m[s[10]], m[s[11]]);
-        lanes_g(v, 2, 7, 8, 13, m[s[12]], m[s[13]]);
-        lanes_g(v, 3, 4, 9, 14, m[s[14]], m[s[15]]);
+        lanes_g4(v, LANES_COLUMNS, m, CAPSEM_BLAKE3_SCHEDULE[r]);
+        lanes_g4(v, LANES_DIAGONALS, m, CAPSEM_BLAKE3_SCHEDULE[r] + 8);
     }
     for (int i = 0; i < 8; i++) cv[i] = v_xor(v[i], v[i + 8]);
 }
@@ -189,6 +190,25 @@ ALWAYS_INLINE void row_g(__m128i *a, __m128i *b, __m128i *c, __m128i *d, __m128i
     *c = _mm_add_epi32(*c, *d);                   *b = row_rot(_mm_xor_si128(*b, *c), 7);
 }
 
+/* Two words from a and two from b (shufps on integer data). */
+#define PICK(a, b, imm) _mm_castps_si128(_mm_shuffle_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(b), (imm)))
+
+/* Message rows of one round: column step x0 = m0 m2 m4 m6, y0 = m1 m3 m5 m7, diagonal step
+ * x1 = m8 m10 m12 m14, y1 = m9 m11 m13 m15, where m is the round's permuted message. The
+ * next round's message is m[P] with P = 2 6 3 10 7 0 4 13 1 11 12 5 9 14 15 8, so its rows
+ * are x0 = m2 m3 m7 m4, y0 = m6 m10 m0 m13, x1 = m1 m12 m9 m15, y1 = m11 m5 m14 m8. */
+ALWAYS_INLINE void row_permute(__m128i *x0, __m128i *y0, __m128i *x1, __m128i *y1) {
+    __m128i nx0 = _mm_shuffle_epi32(PICK(*x0, *y0, _MM_SHUFFLE(3, 1, 2, 1)), _MM_SHUFFLE(1, 3, 2, 0));
+    __m128i ny0 = _mm_blend_epi16(_mm_shuffle_epi32(PICK(*x0, *y1, _MM_SHUFFLE(2, 2, 3, 0)), _MM_SHUFFLE(2, 0, 0, 1)),
+                                  *x1, 0x0C);
+    __m128i nx1 = PICK(_mm_blend_epi16(*y0, *x1, 0x30), *y1, _MM_SHUFFLE(3, 0, 2, 0));
+    __m128i ny1 = PICK(_mm_blend_epi16(*y1, *y0, 0x30), *x1, _MM_SHUFFLE(0, 3, 2, 1));
+    *x0 = nx0;
+    *y0 = ny0;
+    *x1 = nx1;
+    *y1 = ny1;
+}
+
 /* rows a = v0..3, b = v4..7, c = v8..11, d = v12..15: the column step is G on each lane. For
  * the diagonal step, rotate b, c, d left by 1, 2, 3 lanes so lane k holds (vk, v4+(k+1)%4, ...). */
 static void row_compress(const uint32_t cv[8], const uint8_t block[CAPSEM_BLAKE3_BLOCK_LEN], uint32_t block_len,
@@ -196,18 +216,18 @@ static void row_compress(const uint32_t cv[8], const uint8_t block[CAPSEM_BLAKE3
     const __m128i cv_lo = _mm_loadu_si128((const __m128i *)cv), cv_hi = _mm_loadu_si128((const __m128i *)(cv + 4));
     __m128i a = cv_lo, b = cv_hi, c = _mm_loadu_si128((const __m128i *)CAPSEM_BLAKE3_IV);
     __m128i d = _mm_setr_epi32((int)(uint32_t)counter, (int)(uint32_t)(counter >> 32), (int)block_len, (int)flags);
-    row_msg mm;
-    row_load(block, &mm);
+    const __m128i w0 = _mm_loadu_si128((const __m128i *)block), w1 = _mm_loadu_si128((const __m128i *)(block + 16));
+    const __m128i w2 = _mm_loadu_si128((const __m128i *)(block + 32)), w3 = _mm_loadu_si128((const __m128i *)(block + 48));
+    __m128i x0 = PICK(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)), y0 = PICK(w0, w1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128i x1 = PICK(w2, w3, _MM_SHUFFLE(2, 0, 2, 0)), y1 = PICK(w2, w3, _MM_SHUFFLE(3, 1, 3, 1));
 #pragma GCC unroll 7
     for (int r = 0; r < 7; r++) {
-        __m128i x, y;
-        row_pick(&mm, CAPSEM_BLAKE3_SCHEDULE[r], &x, &y);
-        row_g(&a, &b, &c, &d, x, y);
+        if (r) row_permute(&x0, &y0, &x1, &y1);
+        row_g(&a, &b, &c, &d, x0, y0);
         b = _mm_shuffle_epi32(b, 0x39);
         c = _mm_shuffle_epi32(c, 0x4E);
         d = _mm_shuffle_epi32(d, 0x93);
-        row_pick(&mm, CAPSEM_BLAKE3_SCHEDULE[r] + 8, &x, &y);
-        row_g(&a, &b, &c, &d, x, y);
+        row_g(&a, &b, &c, &d, x1, y1);
         b = _mm_shuffle_epi32(b, 0x93);
         c = _mm_shuffle_epi32(c, 0x4E);
         d = _mm_shuffle_epi32(d, 0x39);

@@ -14,11 +14,17 @@ static inline vec v_xor(vec a, vec b) { return _mm_xor_si128(a, b); }
 static inline vec v_set1(uint32_t w) { return _mm_set1_epi32((int)w); }
 static inline vec v_load(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 static inline void v_store(void *p, vec v) { _mm_storeu_si128((__m128i *)p, v); }
+/* Byte shuffles for the rotations by 16 and 8, read from memory by each pshufb (inline
+ * asm, so that GCC keeps the sixteen registers for the state). */
+static const uint8_t ROT16_MASK[16] __attribute__((aligned(16))) = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+static const uint8_t ROT8_MASK[16] __attribute__((aligned(16))) = {1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12};
 static inline vec v_rot16(vec x) {
-    return _mm_shuffle_epi8(x, _mm_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    __asm__("pshufb %1, %0" : "+x"(x) : "m"(*(const __m128i *)ROT16_MASK));
+    return x;
 }
 static inline vec v_rot8(vec x) {
-    return _mm_shuffle_epi8(x, _mm_setr_epi8(1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12));
+    __asm__("pshufb %1, %0" : "+x"(x) : "m"(*(const __m128i *)ROT8_MASK));
+    return x;
 }
 static inline vec v_rot12(vec x) { return _mm_or_si128(_mm_srli_epi32(x, 12), _mm_slli_epi32(x, 20)); }
 static inline vec v_rot7(vec x) { return _mm_or_si128(_mm_srli_epi32(x, 7), _mm_slli_epi32(x, 25)); }
@@ -49,20 +55,6 @@ static inline void store_cvs(const vec cv[8], uint8_t *out) {
         transpose4(r);
         for (int j = 0; j < 4; j++) v_store(out + 32 * j + 16 * half, r[j]);
     }
-}
-
-/* SSE4.1 has no cross-lane word permute: rows gather their message words one by one. */
-typedef struct {
-    uint32_t w[16];
-} row_msg;
-
-static inline void row_load(const uint8_t *block, row_msg *mm) {
-    for (int i = 0; i < 16; i++) mm->w[i] = capsem_blake3_load32(block + 4 * i);
-}
-
-static inline void row_pick(const row_msg *mm, const uint8_t *s, __m128i *x, __m128i *y) {
-    *x = _mm_setr_epi32((int)mm->w[s[0]], (int)mm->w[s[2]], (int)mm->w[s[4]], (int)mm->w[s[6]]);
-    *y = _mm_setr_epi32((int)mm->w[s[1]], (int)mm->w[s[3]], (int)mm->w[s[5]], (int)mm->w[s[7]]);
 }
 
 #include "blake3_lanes.h"
