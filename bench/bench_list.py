@@ -18,6 +18,7 @@ import io
 import os
 import random
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> S.Home:
         sid = f"2025{i // 3000 % 12 + 1:02d}{i % 28 + 1:02d}-{i:06d}-{rng.getrandbits(16):04x}"
         name = f"vm-{i}" if rng.random() < NAMED_SHARE else None
         start = 1_735_689_600 + i * 300  # one session every five minutes
-        created = f"2025-01-01T00:00:00Z" if i < 0 else _rfc3339(start)
+        created = _rfc3339(start)
         status = rng.choice(["stopped"] * 8 + ["crashed", "running"])
         stopped = None if status == "running" else _rfc3339(start + rng.randint(5, 20_000))
         model = rng.random() < 0.4
@@ -75,7 +76,6 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> S.Home:
 
 
 def _rfc3339(ts: int) -> str:
-    import time
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
@@ -111,6 +111,8 @@ def baseline(layout: S.Home, *argv: str) -> Callable[[], str]:
             conds.append("(total_input_tokens + total_output_tokens) > 0")
         if args.min_cost > 0:
             conds.append(f"total_estimated_cost >= {args.min_cost}")
+        if args.status:
+            conds.append(f"status = '{args.status}'")
         sql = ("SELECT id, name, mode, status, created_at, stopped_at, storage_mode, total_requests, "
                "allowed_requests, denied_requests, total_input_tokens, total_output_tokens, "
                "total_estimated_cost, total_tool_calls, total_mcp_calls, total_file_events, rolled_up_at "
@@ -138,6 +140,7 @@ SCENARIOS = {
     "-n 10 --with-db --with-model": ("-n", "10", "--with-db", "--with-model"),
     "-n 1000 --with-db": ("-n", "1000", "--with-db"),
     "-n 10 --with-db --min-cost 3.3 (rare)": ("-n", "10", "--with-db", "--min-cost", "3.3"),
+    "-n 100 --with-db --status crashed": ("-n", "100", "--with-db", "--status", "crashed"),
 }
 
 
