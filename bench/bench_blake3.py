@@ -1,0 +1,70 @@
+"""BLAKE3 in C against the blake3 package (Rust, AVX2 here), side by side in one run.
+
+One input of 64 B, 1 KiB, 64 KiB and 1 MiB through ``_blake3.digest`` at the best SIMD level
+and at the portable level, against ``blake3.blake3(x).digest()``; and 100,000 bodies of
+100-300 bytes through ``_blake3.hash_many`` against a Python loop over the package, which is
+what hashing bodies costs without a many-input entry point.
+
+Run: ``python3 -m pytest bench/bench_blake3.py -q`` (bench/conftest.py prints each group's
+speed relative to the package after the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import blake3
+import numpy as np
+import pytest
+
+from capsem_core import _blake3
+
+BEST = _blake3.available_levels()[-1]
+SIZES = {"64 B": 64, "1 KiB": 1024, "64 KiB": 64 * 1024, "1 MiB": 1024 * 1024}
+BODIES = 100_000
+
+
+@pytest.fixture
+def at_level() -> Iterator[Callable[[str], None]]:
+    before = _blake3.simd_level()
+    yield _blake3.set_simd_level
+    _blake3.set_simd_level(before)
+
+
+@pytest.fixture(scope="module")
+def bodies() -> tuple[bytes, np.ndarray, np.ndarray, list[bytes]]:
+    rng = np.random.default_rng(20240611)
+    lengths = rng.integers(100, 301, BODIES).astype(np.uint64)
+    offsets = np.zeros_like(lengths)
+    offsets[1:] = np.cumsum(lengths)[:-1]
+    buf = rng.integers(0, 256, int(lengths.sum()), dtype=np.uint8).tobytes()
+    pieces = [buf[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
+    return buf, offsets, lengths, pieces
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("who", ["package", f"ours {BEST}", "ours portable"])
+def test_one_input(benchmark, at_level, size: str, who: str) -> None:
+    data = np.random.default_rng(SIZES[size]).integers(0, 256, SIZES[size], dtype=np.uint8).tobytes()
+    benchmark.group = f"blake3 one input {size}"
+    if who == "package":
+        benchmark.extra_info["baseline"] = True
+        result = benchmark(lambda: blake3.blake3(data).digest())
+    else:
+        at_level(who.split()[1])
+        result = benchmark(_blake3.digest, data)
+    assert result == blake3.blake3(data).digest()
+
+
+@pytest.mark.parametrize("who", ["package loop", f"ours hash_many {BEST}", "ours hash_many portable"])
+def test_many_bodies(benchmark, at_level, bodies, who: str) -> None:
+    buf, offsets, lengths, pieces = bodies
+    benchmark.group = f"blake3 {BODIES} bodies of 100-300 B"
+    if who == "package loop":
+        benchmark.extra_info["baseline"] = True
+        rows = benchmark(lambda: [blake3.blake3(p).digest() for p in pieces])
+        rows = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, 32)
+    else:
+        at_level(who.split()[2])
+        rows = benchmark(_blake3.hash_many, buf, offsets, lengths)
+    assert bytes(rows[-1]) == blake3.blake3(pieces[-1]).digest()
