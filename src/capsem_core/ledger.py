@@ -1,0 +1,294 @@
+"""Reading a ledger: the session.db + session.bodies pair as one unit.
+
+``Ledger`` opens both halves (refusing a missing half, symlinks, a foreign archive header
+and a schema from another build), answers ``ready()`` cheaply, returns verified bodies,
+walks bodies in archive order with each segment inflated once, and copies, forks or
+deletes the pair together.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsem_core import _archive, schema
+from capsem_core.format import (
+    BODY_HASH_PREFIX,
+    FILE_HEADER_BYTES,
+    BodyHashMismatch,
+    LedgerError,
+    SymlinkRefused,
+    WriterBusy,
+    archive_path_for,
+)
+
+DB_NAME = "session.db"
+BODIES_NAME = "session.bodies"
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-writer.lock")
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRecord:
+    """One archived body and the index row that names it."""
+
+    event_id: str
+    source_table: str
+    direction: str
+    content_type: str | None
+    original_bytes: int
+    truncated: bool
+    data: bytes
+
+
+def _regular_file(path: Path, role: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise LedgerError(f"{role} is missing: a ledger is session.db and session.bodies together", path) from None
+    except OSError as exc:
+        raise LedgerError(f"cannot stat {role}: {exc.strerror}", path) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SymlinkRefused(f"{role} is a symlink; a ledger file must be a regular file", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerError(f"{role} is not a regular file", path)
+
+
+def connect_readonly(db_path: Path) -> sqlite3.Connection:
+    """A read-only, query-only connection that never creates or alters the file."""
+    uri = "file:" + urllib.parse.quote(str(db_path.absolute())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA busy_timeout = 5000")
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open as SQLite: {exc}", db_path) from None
+    return conn
+
+
+def ledger_paths(path: os.PathLike[str] | str) -> tuple[Path, Path]:
+    """(session.db, session.bodies) for a ledger directory or a session.db path."""
+    p = Path(path)
+    db_path = p / DB_NAME if p.is_dir() and not p.is_symlink() else p
+    return db_path, archive_path_for(db_path)
+
+
+class Ledger:
+    """A read-only view of one ledger pair. Thread-safe; one archive cursor per ledger."""
+
+    def __init__(self, path: os.PathLike[str] | str):
+        self.db_path, self.bodies_path = ledger_paths(path)
+        self.directory = self.db_path.parent
+        _regular_file(self.db_path, "session.db")
+        _regular_file(self.bodies_path, "session.bodies")
+        self._conn = connect_readonly(self.db_path)
+        try:
+            schema.check_schema(self._conn, self.db_path)
+            self._ready = schema.ReadyCheck(self._conn, self.db_path)
+            self._archive = _archive.ArchiveReader(str(self.bodies_path))
+        except BaseException:
+            self._conn.close()
+            raise
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ready(self) -> None:
+        """Shape-only readiness: raises SchemaMismatch, never scans table pages."""
+        with self._lock:
+            self._ready.ready()
+
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"query failed: {exc}", self.db_path) from None
+
+    def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
+        # Hold the lock across the whole read: the archive cursor is shared state.
+        if self._archive.file_was_replaced():
+            self._archive = _archive.ArchiveReader(str(self.bodies_path))
+        data = self._archive.read(block_offset, body_offset, body_len)
+        got = BODY_HASH_PREFIX + _blake3_hex(data)
+        if got != body_hash:
+            raise BodyHashMismatch(
+                f"archived body of {event_id} does not match the row that named it: "
+                f"index says {body_hash}, bytes hash to {got}", self.bodies_path)
+        return data
+
+    def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
+        """The verified bytes of one body (segment hashes and the body hash checked)."""
+        rows = self._query(
+            "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+            "WHERE event_id = ? AND source_table = ? AND direction = ?",
+            (event_id, source_table, direction))
+        if not rows:
+            raise KeyError((event_id, source_table, direction))
+        block_offset, body_offset, body_len, body_hash = rows[0]
+        with self._lock:
+            return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
+
+    def bodies(self, source_table: str | None = None) -> Iterator[BodyRecord]:
+        """Every body in archive order, each segment inflated once."""
+        sql = ("SELECT event_id, source_table, direction, content_type, original_bytes, truncated, "
+               "block_offset, body_offset, body_len, body_hash FROM event_body_blobs")
+        params: tuple[object, ...] = ()
+        if source_table is not None:
+            sql += " WHERE source_table = ?"
+            params = (source_table,)
+        sql += " ORDER BY block_offset, body_offset"
+        try:
+            cursor = self._conn.execute(sql, params)
+            while True:
+                batch = cursor.fetchmany(1024)
+                if not batch:
+                    return
+                for (event_id, table, direction, content_type, original, truncated,
+                     block_offset, body_offset, body_len, body_hash) in batch:
+                    with self._lock:
+                        data = self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
+                    yield BodyRecord(event_id, table, direction, content_type, original, bool(truncated), data)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"query failed: {exc}", self.db_path) from None
+
+    def committed_extent(self) -> int:
+        """Bytes of session.bodies the index vouches for: the end of the last recorded block."""
+        (end,) = self._query("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks")[0]
+        return max(int(end), FILE_HEADER_BYTES)
+
+    # -- the pair as one unit -------------------------------------------------------------
+
+    def copy_to(self, destination: os.PathLike[str] | str) -> Ledger:
+        """Copy the pair into an empty or new directory and return the copy, opened.
+
+        session.db is copied first through SQLite's backup API (a consistent snapshot even
+        while a writer appends) and must pass ``PRAGMA quick_check``; session.bodies is then
+        copied up to the extent that snapshot commits, so a torn tail never travels.
+        """
+        dest = Path(destination)
+        dest_db, dest_bodies = dest / DB_NAME, dest / BODIES_NAME
+        dest.mkdir(parents=True, exist_ok=True)
+        for p in (dest_db, dest_bodies):
+            if os.path.lexists(p):
+                raise LedgerError("refusing to overwrite an existing ledger file", p)
+        tmp_db = dest / f".{DB_NAME}.copy-{os.getpid()}"
+        tmp_bodies = dest / f".{BODIES_NAME}.copy-{os.getpid()}"
+        try:
+            out = sqlite3.connect(tmp_db)
+            try:
+                with self._lock:
+                    self._conn.backup(out)
+                out.execute("PRAGMA journal_mode = DELETE")
+                problems = [r[0] for r in out.execute("PRAGMA quick_check").fetchall()]
+                if problems != ["ok"]:
+                    raise LedgerError("copied session.db fails quick_check: " + "; ".join(problems[:5]), self.db_path)
+                (extent,) = out.execute("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks").fetchone()
+            finally:
+                out.close()
+            extent = max(int(extent), FILE_HEADER_BYTES)
+            _copy_prefix(self.bodies_path, tmp_bodies, extent)
+            _fsync_path(tmp_db)
+            os.replace(tmp_db, dest_db)
+            os.replace(tmp_bodies, dest_bodies)
+            _fsync_path(dest, directory=True)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"copy failed: {exc}", self.db_path) from None
+        finally:
+            for p in (tmp_db, tmp_bodies):
+                p.unlink(missing_ok=True)
+        return Ledger(dest)
+
+    def fork(self, destination: os.PathLike[str] | str) -> Ledger:
+        """A copy meant to live on as its own session: a new writer may append to it."""
+        return self.copy_to(destination)
+
+    def delete(self) -> None:
+        """Remove the pair and its sidecars together; refused while a writer holds the ledger."""
+        delete_ledger(self.directory)
+
+
+def _blake3_hex(data: bytes) -> str:
+    from capsem_core import _blake3
+
+    return _blake3.hexdigest(data)
+
+
+def _copy_prefix(src: Path, dst: Path, length: int) -> None:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(src, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if size < length:
+            raise LedgerError(f"session.bodies is {size} bytes but its index commits {length}", src)
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            remaining = length
+            while remaining:
+                chunk = os.read(fd, min(_COPY_CHUNK, remaining))
+                if not chunk:
+                    raise LedgerError("session.bodies shrank while it was copied", src)
+                os.write(out, chunk)
+                remaining -= len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def delete_ledger(directory: os.PathLike[str] | str) -> None:
+    """Delete session.db, session.bodies and the SQLite / writer sidecars as one unit."""
+    import fcntl
+
+    d = Path(directory)
+    db_path = d / DB_NAME
+    lock_path = Path(str(db_path) + "-writer.lock")
+    lock_fd = None
+    if lock_path.exists():
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise WriterBusy("ledger has a writer; it cannot be deleted while it is written", db_path) from None
+    try:
+        for p in (d / BODIES_NAME, db_path, *(Path(str(db_path) + s) for s in SIDECAR_SUFFIXES)):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        _fsync_path(d, directory=True)
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
+
+
+def copy_ledger(source: os.PathLike[str] | str, destination: os.PathLike[str] | str) -> Path:
+    """Copy a ledger pair (see ``Ledger.copy_to``); returns the destination directory."""
+    with Ledger(source) as ledger:
+        ledger.copy_to(destination).close()
+    return Path(destination)
+
+
+__all__ = ["BodyRecord", "Ledger", "connect_readonly", "copy_ledger", "delete_ledger", "ledger_paths"]

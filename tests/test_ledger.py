@@ -1,0 +1,206 @@
+"""Behaviour of the Ledger reader: opening the pair, ready(), verified reads, archive-order
+iteration, and copy / fork / delete of the pair as one unit."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from capsem_core import format as fmt
+from capsem_core.ledger import Ledger, delete_ledger
+from capsem_core.writer import Body, LedgerWriter
+
+
+def _event_id(i: int) -> str:
+    return f"{i:012x}"
+
+
+def write_ledger(directory: Path, count: int = 40, *, codec: str = "deflate", flushes: int = 4) -> list[bytes]:
+    """A ledger with ``count`` net_events, each with a distinct request body, cut into segments."""
+    bodies = []
+    with LedgerWriter(directory, codec=codec) as writer:
+        for i in range(count):
+            data = (f"request {i} ".encode() * (i + 3)) + bytes([i % 251])
+            bodies.append(data)
+            writer.insert("net_events", {"event_id": _event_id(i), "timestamp": "2026-11-30T12:00:00.000000Z",
+                                         "domain": "api.anthropic.com", "decision": "allowed"},
+                          bodies=[Body("request", data, "http.request")])
+            if (i + 1) % (count // flushes) == 0:
+                writer.flush()
+    return bodies
+
+
+def test_a_body_reads_back_verified_for_both_codecs(tmp_path: Path) -> None:
+    for codec in ("deflate", "zstd"):
+        d = tmp_path / codec
+        bodies = write_ledger(d, codec=codec)
+        with Ledger(d) as ledger:
+            assert ledger.read_body(_event_id(7), "net_events", "request") == bodies[7]
+            assert [b.data for b in ledger.bodies()] == bodies
+
+
+def test_a_ledger_opens_from_its_directory_or_its_session_db(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with Ledger(tmp_path / "session.db") as a, Ledger(tmp_path) as b:
+        assert a.db_path == b.db_path
+        assert a.bodies_path == tmp_path / "session.bodies"
+
+
+def test_bodies_in_archive_order_inflate_each_segment_once(tmp_path: Path) -> None:
+    write_ledger(tmp_path, count=40, flushes=4)
+    with Ledger(tmp_path) as ledger:
+        list(ledger.bodies())
+        segments = ledger._archive.segments_inflated
+        list(ledger.bodies())
+    # Four flushes and the close (an empty FINAL segment needs no inflating to reach a span).
+    assert 4 <= segments <= 5
+
+
+def test_a_missing_half_is_refused_by_name(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    (tmp_path / "session.bodies").unlink()
+    with pytest.raises(fmt.LedgerError, match="session.bodies is missing") as info:
+        Ledger(tmp_path)
+    assert info.value.path == tmp_path / "session.bodies"
+
+
+def test_a_missing_session_db_is_refused_by_name(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    (tmp_path / "session.db").unlink()
+    with pytest.raises(fmt.LedgerError, match="session.db is missing"):
+        Ledger(tmp_path)
+
+
+def test_a_symlinked_ledger_file_is_refused(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "real")
+    link = tmp_path / "link"
+    link.mkdir()
+    os.symlink(tmp_path / "real" / "session.db", link / "session.db")
+    os.symlink(tmp_path / "real" / "session.bodies", link / "session.bodies")
+    with pytest.raises(fmt.SymlinkRefused):
+        Ledger(link)
+
+
+def test_a_foreign_archive_header_is_refused(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with open(tmp_path / "session.bodies", "r+b") as f:
+        f.write(b"NOTCAPSM")
+    with pytest.raises(fmt.BadFileHeader) as info:
+        Ledger(tmp_path)
+    assert "session.bodies" in str(info.value)
+
+
+def test_an_archive_of_another_version_is_refused(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with open(tmp_path / "session.bodies", "r+b") as f:
+        f.seek(8)
+        f.write(b"\x01\x00")
+    with pytest.raises(fmt.BadFileHeader):
+        Ledger(tmp_path)
+
+
+def test_an_older_schema_is_refused_by_name(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with sqlite3.connect(tmp_path / "session.db") as conn:
+        conn.execute("DROP TABLE transport_schema")
+    with pytest.raises(fmt.SchemaMismatch) as info:
+        Ledger(tmp_path)
+    assert "session.db" in str(info.value)
+
+
+def test_ready_checks_shape_once_per_schema_version(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with Ledger(tmp_path) as ledger:
+        for _ in range(50):
+            ledger.ready()
+        assert ledger._ready.full_checks == 1
+
+
+def test_a_body_whose_index_hash_was_changed_is_refused(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with sqlite3.connect(tmp_path / "session.db") as conn:
+        conn.execute("UPDATE event_body_blobs SET body_hash = 'blake3:' || printf('%064d', 0) WHERE event_id = ?",
+                     (_event_id(3),))
+    with Ledger(tmp_path) as ledger:
+        with pytest.raises(fmt.BodyHashMismatch, match="does not match the row that named it"):
+            ledger.read_body(_event_id(3), "net_events", "request")
+        assert ledger.read_body(_event_id(4), "net_events", "request")
+
+
+def test_a_flipped_payload_byte_is_never_returned_as_a_body(tmp_path: Path) -> None:
+    write_ledger(tmp_path, count=8, flushes=1)
+    inside_first_payload = fmt.FILE_HEADER_BYTES + fmt.BLOCK_HEADER_BYTES + fmt.SEGMENT_HEADER_BYTES + 10
+    with open(tmp_path / "session.bodies", "r+b") as f:
+        f.seek(inside_first_payload)
+        b = f.read(1)
+        f.seek(inside_first_payload)
+        f.write(bytes([b[0] ^ 0x40]))
+    with Ledger(tmp_path) as ledger:
+        with pytest.raises(fmt.ArchiveError):
+            list(ledger.bodies())
+
+
+def test_an_unknown_body_is_a_key_error(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with Ledger(tmp_path) as ledger, pytest.raises(KeyError):
+        ledger.read_body("ffffffffffff", "net_events", "request")
+
+
+def test_a_copy_leaves_the_torn_tail_behind_and_passes_quick_check(tmp_path: Path) -> None:
+    bodies = write_ledger(tmp_path / "a")
+    committed = os.path.getsize(tmp_path / "a" / "session.bodies")
+    with open(tmp_path / "a" / "session.bodies", "ab") as f:
+        f.write(b"SGMT torn tail that no row names")
+    with Ledger(tmp_path / "a") as ledger:
+        copy = ledger.copy_to(tmp_path / "b")
+    with copy:
+        assert os.path.getsize(copy.bodies_path) == committed
+        assert [b.data for b in copy.bodies()] == bodies
+
+
+def test_a_copy_refuses_to_overwrite_an_existing_ledger(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "a")
+    write_ledger(tmp_path / "b")
+    with Ledger(tmp_path / "a") as ledger, pytest.raises(fmt.LedgerError, match="refusing to overwrite"):
+        ledger.copy_to(tmp_path / "b")
+
+
+def test_a_copy_of_a_ledger_whose_archive_is_short_fails_and_leaves_nothing(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        os.truncate(tmp_path / "a" / "session.bodies", 100)
+        with pytest.raises(fmt.LedgerError, match="index commits"):
+            ledger.copy_to(tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == []
+
+
+def test_a_fork_continues_under_a_new_writer(tmp_path: Path) -> None:
+    bodies = write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        ledger.fork(tmp_path / "b").close()
+    with LedgerWriter(tmp_path / "b") as writer:
+        writer.insert("net_events", {"event_id": "abcdefabcdef", "timestamp": "2026-11-30T12:00:01.000000Z",
+                                     "domain": "example.com", "decision": "allowed"},
+                      bodies=[Body("request", b"after the fork", "http.request")])
+    with Ledger(tmp_path / "b") as fork, Ledger(tmp_path / "a") as original:
+        assert fork.read_body("abcdefabcdef", "net_events", "request") == b"after the fork"
+        assert len(list(fork.bodies())) == len(bodies) + 1
+        assert len(list(original.bodies())) == len(bodies)
+
+
+def test_delete_removes_the_pair_and_its_sidecars(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with Ledger(tmp_path) as ledger:
+        ledger.delete()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_delete_is_refused_while_a_writer_holds_the_ledger(tmp_path: Path) -> None:
+    write_ledger(tmp_path)
+    with LedgerWriter(tmp_path):
+        with pytest.raises(fmt.WriterBusy):
+            delete_ledger(tmp_path)
+    assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
