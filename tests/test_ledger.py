@@ -204,3 +204,18 @@ def test_delete_is_refused_while_a_writer_holds_the_ledger(tmp_path: Path) -> No
         with pytest.raises(fmt.WriterBusy):
             delete_ledger(tmp_path)
     assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
+
+
+def test_verify_reports_a_damaged_body_by_event_and_block(tmp_path: Path) -> None:
+    write_ledger(tmp_path, count=8, flushes=1)
+    with Ledger(tmp_path) as ledger:
+        assert ledger.verify() == (8, [])
+    with sqlite3.connect(tmp_path / "session.db") as conn:
+        conn.execute("UPDATE event_body_blobs SET body_hash = 'blake3:' || printf('%064d', 0) WHERE event_id = ?",
+                     (_event_id(2),))
+    with Ledger(tmp_path) as ledger:
+        verified, findings = ledger.verify(threads=1)
+    assert verified == 7
+    [finding] = findings
+    assert (finding.event_id, finding.source_table, finding.direction) == (_event_id(2), "net_events", "request")
+    assert finding.block_offset == fmt.FILE_HEADER_BYTES

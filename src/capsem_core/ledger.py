@@ -13,7 +13,7 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +163,15 @@ class Ledger:
                     yield BodyRecord(event_id, table, direction, content_type, original, bool(truncated), data)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"query failed: {exc}", self.db_path) from None
+
+    def verify(self, *, threads: int = 0,
+               progress: Callable[[int, int], None] | None = None) -> tuple[int, list]:
+        """Every body read back through its segment and body hashes by the native kernel.
+
+        Returns (verified_count, findings); a finding names event_id, source_table,
+        direction, block offset and (where known) segment offset. ``threads=0`` uses all cores.
+        """
+        return _archive.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block."""
