@@ -272,6 +272,19 @@ def test_every_cell_of_a_row(home: S.Home) -> None:
     assert b == "b                                     junk-date-that-i       ?  $  0.00      0        0      0      0"
 
 
+def test_control_characters_from_main_db_never_reach_the_terminal(home: S.Home) -> None:
+    S.create_main_db(home.main_db)
+    conn = sqlite3.connect(home.main_db)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, mode, created_at) VALUES (?, 'cli', ?)",
+                     ("evil\x1b[2J\nid", "\x1b]0;pwned\x07 junk"))
+    conn.close()
+    _, out, _ = run()
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.splitlines()[2].startswith("evil?[2J?id")
+    assert json.loads(run("--json")[1])[0]["id"] == "evil\x1b[2J\nid"  # JSON keeps the raw value
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(six: S.Home, monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

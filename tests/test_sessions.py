@@ -573,6 +573,16 @@ def test_the_rollup_command_resolves_a_name_and_prints_the_totals(home: S.Home) 
     assert obj["usage"]["tool_usage"][0]["tool_name"] == "snapshot"
 
 
+def test_the_rollup_command_prints_no_control_characters_from_the_ledger(home: S.Home) -> None:
+    register(home, "s1", "2026-01-01T00:00:00Z")
+    write_ledger(home.sessions_root / "s1", tools=[("rm\x1b[2J", "native", None, "allowed", "responded")],
+                 models=[("evil\r\n", "m\x9b", 1, 1, 0.0)])
+    out = io.StringIO()
+    S.run_rollup(_rollup_args("s1"), stdout=out)
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue() and "\x9b" not in out.getvalue()
+    assert "tool  rm?[2J [native]" in out.getvalue()
+
+
 def test_the_rollup_command_refuses_a_persistent_vm_main_db_does_not_know(home: S.Home) -> None:
     S.create_main_db(home.main_db)
     write_ledger(home.persistent_root / "stray")

@@ -908,6 +908,15 @@ def format_duration(created_at: str | None, stopped_at: str | None, status: str 
 
 
 _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
+
+# main.db and ledgers are data, not trusted text: control characters (escape sequences,
+# newlines) in an id or a tool name must not reach the terminal.
+_CONTROLS = {c: "?" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as '?'."""
+    return text.translate(_CONTROLS)
 LIST_FOOTER = "* = session.db on disk (queryable)"
 
 
@@ -927,7 +936,7 @@ def list_header() -> str:
 def format_list_row(item: ListedSession) -> str:
     r = item.row
     marker = "*" if item.has_ledger else " "
-    return (f"{r.id:<36}{marker} {format_created(r.created_at):>16}  "
+    return (f"{printable(r.id):<36}{marker} {printable(format_created(r.created_at)):>16}  "
             f"{format_duration(r.created_at, r.stopped_at, r.status):>6}  "
             f"${r.total_estimated_cost:>6.2f}  {r.total_requests:>5}  {r.total_tokens:>7}  "
             f"{r.total_tool_calls:>5}  {r.total_file_events:>5}")
@@ -1025,6 +1034,10 @@ def add_rollup_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _totals_lines(ref: SessionRef, totals: SessionTotals) -> Iterator[str]:
+    yield from (printable(line) for line in _raw_totals_lines(ref, totals))
+
+
+def _raw_totals_lines(ref: SessionRef, totals: SessionTotals) -> Iterator[str]:
     yield f"Rolled up {ref.label} from {ref.db_path}"
     yield f"  requests     {totals.total_requests} ({totals.allowed_requests} allowed, {totals.denied_requests} denied)"
     yield f"  tokens       {totals.total_input_tokens} in + {totals.total_output_tokens} out"
