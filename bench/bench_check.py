@@ -1,0 +1,139 @@
+"""``capsem-ledger check`` side by side with its yardsticks, on a million-body small-body sample.
+
+Three groups, each run in one pytest-benchmark session on the same warm ledger:
+
+* ``check-structure``: the whole report without --verify-bodies (quick_check, tables, the
+  body index against the archive including every extent walk, tool lifecycle, ...) against
+  ``PRAGMA quick_check`` alone. Target: within 1.3x.
+* ``check-verify``: the whole report with --verify-bodies against the native verify kernel
+  alone (``_archive.verify_ledger``: index scan + verify + findings). Target: within 1.15x.
+* ``doctor-verify``: the doctor's approach (bench/baseline_doctor.py: one SQLite query per
+  body, a pure-Python cursor, blake3 per segment and per body) on the first
+  ``DOCTOR_SUBSET`` bodies in archive order, extrapolated per body to the whole ledger.
+  Target: check --verify-bodies at least 100x faster.
+
+The ledger is ``sample.write_sample_ledger(mix="small", bodies=1_000_000, seed=1)`` (about
+3.5 million rows in all; several minutes to write), cached under ``$CAPSEM_BENCH_CACHE``
+(default ``~/.cache/capsem-core-bench``) and reused while the sample generator's output is
+the same. The last test prints the ratios.
+
+Run: ``python3 -m pytest bench/bench_check.py -q -s`` (``CAPSEM_BENCH_BODIES`` overrides the
+ledger size, e.g. 100000 for a quick run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from capsem_core import _archive
+from capsem_core.check import check_ledger
+from capsem_core.sample import write_sample_ledger
+
+sys.path.insert(0, str(Path(__file__).parent))
+from baseline_doctor import doctor_verify_bodies  # noqa: E402
+
+BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+DOCTOR_SUBSET = int(os.environ.get("CAPSEM_BENCH_DOCTOR_SUBSET", "20000"))
+CACHE = Path(os.environ.get("CAPSEM_BENCH_CACHE", Path.home() / ".cache" / "capsem-core-bench"))
+SEED = 1
+
+_means: dict[str, float] = {}
+_notes: dict[str, str] = {}
+
+
+def sample_ledger(bodies: int, codec: str = "deflate") -> Path:
+    """The cached small-body sample ledger of ``bodies`` bodies (written once, atomically)."""
+    directory = CACHE / f"small-{bodies}-{codec}-seed{SEED}"
+    if not (directory / "session.db").exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_sample_ledger(tmp, seed=SEED, mix="small", bodies=bodies, codec=codec)
+        tmp.rename(directory)
+    return directory / "session.db"
+
+
+@pytest.fixture(scope="module")
+def ledger() -> Path:
+    db = sample_ledger(BODIES)
+    # Warm the page cache for every contender alike.
+    for path in (db, db.with_suffix(".bodies"), Path(f"{db}-wal")):
+        if path.exists():
+            with open(path, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+    return db
+
+
+def quick_check(db: Path) -> list[str]:
+    conn = sqlite3.connect("file:" + urllib.parse.quote(str(db.absolute())) + "?mode=ro", uri=True)
+    try:
+        return [r[0] for r in conn.execute("PRAGMA quick_check")]
+    finally:
+        conn.close()
+
+
+def _run(benchmark, key: str, fn, *args, rounds: int = 3, **kwargs):
+    result = benchmark.pedantic(fn, args=args, kwargs=kwargs, rounds=rounds, iterations=1, warmup_rounds=1)
+    _means[key] = benchmark.stats.stats.mean
+    return result
+
+
+@pytest.mark.benchmark(group="check-structure")
+def test_quick_check_alone(benchmark, ledger: Path) -> None:
+    assert _run(benchmark, "quick_check", quick_check, ledger) == ["ok"]
+
+
+@pytest.mark.benchmark(group="check-structure")
+def test_check_without_verify(benchmark, ledger: Path) -> None:
+    report = _run(benchmark, "check", check_ledger, ledger)
+    assert report.sound
+    assert report.checks["body_archive"].counts["bodies"] >= BODIES
+
+
+@pytest.mark.benchmark(group="check-verify")
+def test_verify_kernel_alone(benchmark, ledger: Path) -> None:
+    verified, findings = _run(benchmark, "kernel", _archive.verify_ledger, ledger)
+    assert findings == [] and verified >= BODIES
+
+
+@pytest.mark.benchmark(group="check-verify")
+def test_check_with_verify(benchmark, ledger: Path) -> None:
+    report = _run(benchmark, "check_verify", check_ledger, ledger, verify_bodies=True)
+    assert report.sound
+    assert report.checks["verify_bodies"].counts["verified"] >= BODIES
+
+
+@pytest.mark.benchmark(group="doctor-verify")
+def test_doctor_verify_subset(benchmark, ledger: Path) -> None:
+    result = _run(benchmark, "doctor_subset", doctor_verify_bodies, ledger, DOCTOR_SUBSET, rounds=1)
+    assert result.failures == [] and result.bodies == DOCTOR_SUBSET
+
+
+def test_report_ratios(ledger: Path, capsys) -> None:
+    if not {"quick_check", "check", "kernel", "check_verify", "doctor_subset"} <= set(_means):
+        pytest.skip("run the whole module to get the ratios")
+    conn = sqlite3.connect("file:" + urllib.parse.quote(str(ledger.absolute())) + "?mode=ro", uri=True)
+    bodies = conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0]
+    conn.close()
+    doctor_full = _means["doctor_subset"] / DOCTOR_SUBSET * bodies
+    lines = [
+        f"ledger: {ledger} ({bodies:,} bodies)",
+        f"check (no verify) / quick_check alone: {_means['check']:.3f} s / {_means['quick_check']:.3f} s = "
+        f"{_means['check'] / _means['quick_check']:.2f}x (target <= 1.30x)",
+        f"check --verify-bodies / verify kernel alone: {_means['check_verify']:.3f} s / {_means['kernel']:.3f} s = "
+        f"{_means['check_verify'] / _means['kernel']:.2f}x (target <= 1.15x)",
+        f"doctor approach: {_means['doctor_subset']:.2f} s for the first {DOCTOR_SUBSET:,} bodies, extrapolated "
+        f"per body to {doctor_full:.1f} s for all {bodies:,} (a full run would take that long)",
+        f"doctor (extrapolated) / check --verify-bodies: {doctor_full / _means['check_verify']:.0f}x "
+        f"(target >= 100x)",
+    ]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
