@@ -68,21 +68,29 @@ int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *er
     return rc;
 }
 
-static int hexval(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
+/* Hex digit values, 0xFF for anything else (upper case included: Capsem writes lower case
+ * and compares the text, so "ABC..." would not match either). */
+static uint8_t hex_table[256];
+static int hex_ready;
+
+static void hex_init(void) {
+    memset(hex_table, 0xFF, sizeof hex_table);
+    for (int c = 0; c < 10; c++) hex_table['0' + c] = (uint8_t)c;
+    for (int c = 0; c < 6; c++) hex_table['a' + c] = (uint8_t)(10 + c);
+    hex_ready = 1;
 }
 
 int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t out[32]) {
+    if (!hex_ready) hex_init(); /* idempotent: racing initialisers write the same bytes */
     if (!text || len != 71 || memcmp(text, "blake3:", 7) != 0) return 0;
     const unsigned char *h = text + 7;
+    uint8_t bad = 0;
     for (int i = 0; i < 32; i++) {
-        int hi = hexval(h[2 * i]), lo = hexval(h[2 * i + 1]);
-        if (hi < 0 || lo < 0) return 0;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        uint8_t hi = hex_table[h[2 * i]], lo = hex_table[h[2 * i + 1]];
+        bad |= (hi | lo) & 0xF0;
+        out[i] = (uint8_t)(hi << 4 | (lo & 0x0F));
     }
-    return 1;
+    return !bad;
 }
 
 static int prepare(capsem_index *ix, const char *sql, char *err, size_t errlen) {
@@ -108,8 +116,7 @@ int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *r, size_t start
     *done = 0;
     *filled = start;
     int rc = prepare(ix,
-                     "SELECT id, block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
-                     "ORDER BY block_offset, body_offset, id",
+                     "SELECT id, block_offset, body_offset, body_len, body_hash FROM event_body_blobs",
                      err, errlen);
     if (rc != SQLITE_OK) return rc;
     size_t i = start;

@@ -17,7 +17,8 @@ void capsem_index_close(capsem_index *ix);
 /* COUNT(*) of a table named by a fixed string (not user input). */
 int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *err, size_t errlen);
 
-/* Arrays for event_body_blobs rows in archive order (block_offset, body_offset, id). */
+/* Arrays for event_body_blobs rows, in rowid order: the caller sorts them into archive order
+ * (sorting a nearly sorted array costs less than SQLite's index walk plus temp b-tree). */
 typedef struct {
     int64_t *id, *block_offset, *body_offset, *body_len;
     uint8_t *digest;  /* 32 per row, zero when the row's body_hash is malformed */

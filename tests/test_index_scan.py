@@ -118,3 +118,15 @@ def test_one_libsqlite3_is_mapped_and_both_sides_report_the_same_version():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     assert out[0] == "1"
     assert out[1] == out[2]
+
+
+def test_rows_whose_rowid_order_differs_from_archive_order_come_back_in_archive_order(tmp_path):
+    db = make_ledger(tmp_path, rows=30, seed=9)
+    con = sqlite3.connect(db)
+    # Move early rows' spans after later ones (as a row reusing an earlier span would be).
+    con.execute("UPDATE event_body_blobs SET body_offset = body_offset + 100000 WHERE id % 3 = 0")
+    con.commit()
+    con.close()
+    got = _index.scan_bodies(db)
+    assert got["id"].tolist() == [r[0] for r in _module_rows(db)]
+    assert [fmt.body_hash_text(bytes(d)) for d in got["digest"]] == [r[4] for r in _module_rows(db)]
