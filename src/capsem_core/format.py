@@ -119,6 +119,10 @@ class BlockFull(LedgerError):
     pass
 
 
+class RowRejected(LedgerError):
+    """session.db's constraints refused rows a writer was given; they were dropped, the rest kept."""
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentHeader:
     flags: int
