@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -53,9 +54,11 @@ def probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> in
     return int(request.param)
 
 
-@pytest.fixture
-def six(home: S.Home) -> S.Home:
-    """Six sessions with distinct totals, created one a day (s6 newest)."""
+@pytest.fixture(scope="module")
+def six_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six sessions with distinct totals, created one a day (s6 newest); built once, copied
+    into each test's home."""
+    layout = S.home_layout(tmp_path_factory.mktemp("six") / "capsem")
     spec = {
         "s1": dict(total_requests=3, total_estimated_cost=0.0),
         "s2": dict(total_input_tokens=10, total_output_tokens=0, total_estimated_cost=0.01),
@@ -66,11 +69,17 @@ def six(home: S.Home) -> S.Home:
         "s6": dict(total_requests=2, total_output_tokens=1, total_estimated_cost=0.02),
     }
     for i, (sid, totals) in enumerate(spec.items(), start=1):
-        register(home, sid, f"2026-03-0{i}T10:00:00Z", status="stopped" if i % 2 else "running",
+        register(layout, sid, f"2026-03-0{i}T10:00:00Z", status="stopped" if i % 2 else "running",
                  stopped_at=f"2026-03-0{i}T10:00:30Z" if i % 2 else None)
-        set_totals(home, sid, **totals)
-    pair(home.sessions_root / "s2")
-    pair(home.sessions_root / "s4")
+        set_totals(layout, sid, **totals)
+    pair(layout.sessions_root / "s2")
+    pair(layout.sessions_root / "s4")
+    return layout.home
+
+
+@pytest.fixture
+def six(home: S.Home, six_template: Path) -> S.Home:
+    shutil.copytree(six_template, home.home)
     return home
 
 
@@ -109,8 +118,12 @@ def test_each_filter_and_their_combinations(six: S.Home, probe: int, argv: tuple
 
 
 def test_with_db_filters_before_the_limit(home: S.Home, probe: int) -> None:
-    for i in range(30):
-        register(home, f"s{i:02d}", f"2026-03-01T10:{i:02d}:00Z")
+    S.create_main_db(home.main_db)
+    conn = sqlite3.connect(home.main_db)
+    with conn:  # one transaction: thirty registrations would cost thirty fsyncs
+        conn.executemany("INSERT INTO sessions (id, mode, created_at) VALUES (?, 'cli', ?)",
+                         ((f"s{i:02d}", f"2026-03-01T10:{i:02d}:00Z") for i in range(30)))
+    conn.close()
     for sid in ("s00", "s01", "s02"):  # only the three oldest still have ledgers
         pair(home.sessions_root / sid)
     _, out, _ = run("-n", "2", "--with-db")
