@@ -19,40 +19,34 @@
 
 /* ---- lanes ------------------------------------------------------------------------- */
 
-/* Four G functions side by side, each step done for all four before the next: only the
- * state and a temporary stay live, which keeps the 16 state vectors in registers. */
-ALWAYS_INLINE void lanes_g4(vec v[16], const int g[4][4], const vec m[16], const uint8_t *s) {
-#define EACH for (int k = 0; k < 4; k++)
-    EACH v[g[k][0]] = v_add(v_add(v[g[k][0]], v[g[k][1]]), m[s[2 * k]]);
-    EACH v[g[k][3]] = v_rot16(v_xor(v[g[k][3]], v[g[k][0]]));
-    EACH v[g[k][2]] = v_add(v[g[k][2]], v[g[k][3]]);
-    EACH v[g[k][1]] = v_rot12(v_xor(v[g[k][1]], v[g[k][2]]));
-    EACH v[g[k][0]] = v_add(v_add(v[g[k][0]], v[g[k][1]]), m[s[2 * k + 1]]);
-    EACH v[g[k][3]] = v_rot8(v_xor(v[g[k][3]], v[g[k][0]]));
-    EACH v[g[k][2]] = v_add(v[g[k][2]], v[g[k][3]]);
-    EACH v[g[k][1]] = v_rot7(v_xor(v[g[k][1]], v[g[k][2]]));
-#undef EACH
-}
-
-/* Which state words (a, b, c, d) each G of the column and the diagonal step mixes. */
-static const int LANES_COLUMNS[4][4] = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
-static const int LANES_DIAGONALS[4][4] = {{0, 5, 10, 15}, {1, 6, 11, 12}, {2, 7, 8, 13}, {3, 4, 9, 14}};
+/* Four G functions side by side, each step done for all four before the next, on sixteen
+ * named state vectors: only the state and a temporary stay live, so they fit the registers. */
+#define LANES_ADD3(a, b, x) v_add(v_add(a, b), x)
+/* Half of four G functions: message words s[k], s[2 + k], s[4 + k], s[6 + k], rotations rd, rb. */
+#define LANES_HALF(a0, b0, c0, d0, a1, b1, c1, d1, a2, b2, c2, d2, a3, b3, c3, d3, s, k, rd, rb)  \
+    a0 = LANES_ADD3(a0, b0, m[s[k]]); a1 = LANES_ADD3(a1, b1, m[s[2 + k]]);                      \
+    a2 = LANES_ADD3(a2, b2, m[s[4 + k]]); a3 = LANES_ADD3(a3, b3, m[s[6 + k]]);                  \
+    d0 = rd(v_xor(d0, a0)); d1 = rd(v_xor(d1, a1)); d2 = rd(v_xor(d2, a2)); d3 = rd(v_xor(d3, a3)); \
+    c0 = v_add(c0, d0); c1 = v_add(c1, d1); c2 = v_add(c2, d2); c3 = v_add(c3, d3);              \
+    b0 = rb(v_xor(b0, c0)); b1 = rb(v_xor(b1, c1)); b2 = rb(v_xor(b2, c2)); b3 = rb(v_xor(b3, c3));
+#define LANES_G4(...)                           \
+    LANES_HALF(__VA_ARGS__, 0, v_rot16, v_rot12) \
+    LANES_HALF(__VA_ARGS__, 1, v_rot8, v_rot7)
 
 ALWAYS_INLINE void lanes_compress(vec cv[8], const vec m[16], vec counter_lo, vec counter_hi, vec block_len,
                                   vec flags) {
-    vec v[16];
-    for (int i = 0; i < 8; i++) v[i] = cv[i];
-    for (int i = 0; i < 4; i++) v[8 + i] = v_set1(CAPSEM_BLAKE3_IV[i]);
-    v[12] = counter_lo;
-    v[13] = counter_hi;
-    v[14] = block_len;
-    v[15] = flags;
+    vec v0 = cv[0], v1 = cv[1], v2 = cv[2], v3 = cv[3], v4 = cv[4], v5 = cv[5], v6 = cv[6], v7 = cv[7];
+    vec v8 = v_set1(CAPSEM_BLAKE3_IV[0]), v9 = v_set1(CAPSEM_BLAKE3_IV[1]);
+    vec v10 = v_set1(CAPSEM_BLAKE3_IV[2]), v11 = v_set1(CAPSEM_BLAKE3_IV[3]);
+    vec v12 = counter_lo, v13 = counter_hi, v14 = block_len, v15 = flags;
 #pragma GCC unroll 7
     for (int r = 0; r < 7; r++) {
-        lanes_g4(v, LANES_COLUMNS, m, CAPSEM_BLAKE3_SCHEDULE[r]);
-        lanes_g4(v, LANES_DIAGONALS, m, CAPSEM_BLAKE3_SCHEDULE[r] + 8);
+        const uint8_t *col = CAPSEM_BLAKE3_SCHEDULE[r], *diag = CAPSEM_BLAKE3_SCHEDULE[r] + 8;
+        LANES_G4(v0, v4, v8, v12, v1, v5, v9, v13, v2, v6, v10, v14, v3, v7, v11, v15, col)
+        LANES_G4(v0, v5, v10, v15, v1, v6, v11, v12, v2, v7, v8, v13, v3, v4, v9, v14, diag)
     }
-    for (int i = 0; i < 8; i++) cv[i] = v_xor(v[i], v[i + 8]);
+    cv[0] = v_xor(v0, v8); cv[1] = v_xor(v1, v9); cv[2] = v_xor(v2, v10); cv[3] = v_xor(v3, v11);
+    cv[4] = v_xor(v4, v12); cv[5] = v_xor(v5, v13); cv[6] = v_xor(v6, v14); cv[7] = v_xor(v7, v15);
 }
 
 /* Up to LANES strided inputs of nblocks blocks; idle lanes repeat the last input and their
