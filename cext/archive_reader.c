@@ -68,6 +68,7 @@ uint64_t capsem_cursor_held(const capsem_cursor *c) { return c->active ? c->held
 int capsem_cursor_active(const capsem_cursor *c) { return c->active; }
 uint64_t capsem_cursor_block(const capsem_cursor *c) { return c->block_offset; }
 int capsem_cursor_finished(const capsem_cursor *c) { return c->active && c->finished; }
+uint64_t capsem_cursor_next_segment(const capsem_cursor *c) { return c->next_segment; }
 uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c) { return c->blocks_inflated; }
 uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c) { return c->segments_inflated; }
 

@@ -47,6 +47,8 @@ uint64_t capsem_cursor_held(const capsem_cursor *c);
 int capsem_cursor_active(const capsem_cursor *c);
 uint64_t capsem_cursor_block(const capsem_cursor *c);
 int capsem_cursor_finished(const capsem_cursor *c);
+/* File offset just past the last segment the cursor read (kept after a discard). */
+uint64_t capsem_cursor_next_segment(const capsem_cursor *c);
 uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c);
 uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c);
 

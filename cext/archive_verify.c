@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <libdeflate.h>
@@ -158,6 +159,15 @@ static void hash_batch(worker *w, const uint8_t *raw, size_t n) {
     }
 }
 
+/* Unmap the whole pages of [from, to) from this process once a block is done: the page cache
+ * keeps them, but the process's resident size stays flat however large the archive. */
+static void drop_pages(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    if (to > s->size) to = s->size;
+    uint64_t a = (from + page - 1) / page * page, b = to / page * page;
+    if (b > a) madvise((void *)(s->base + a), (size_t)(b - a), MADV_DONTNEED);
+}
+
 static void verify_run(worker *w, size_t lo, size_t hi) {
     capsem_verify_job *job = w->job;
     const capsem_verify_spec *s = &job->spec;
@@ -178,9 +188,13 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
 
     const uint8_t *raw = NULL;
     int64_t whole = -1;
+    uint64_t whole_end = 0;
     if (s->use_libdeflate && s->block_offset[lo] >= 0 && max_end > 0) {
         size_t b = find_block(s, s->block_offset[lo]);
-        if (b != (size_t)-1 && s->blk_disk_len[b] > 0) whole = inflate_whole(w, blk, (uint64_t)s->blk_disk_len[b]);
+        if (b != (size_t)-1 && s->blk_disk_len[b] > 0) {
+            whole = inflate_whole(w, blk, (uint64_t)s->blk_disk_len[b]);
+            whole_end = blk + (uint64_t)s->blk_disk_len[b];
+        }
     }
 
     int failed = 0;
@@ -248,6 +262,7 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
         }
     }
     if (n) hash_batch(w, raw, n);
+    drop_pages(s, blk, whole >= 0 ? whole_end : capsem_cursor_next_segment(w->cursor));
     atomic_fetch_add(&job->bytes_done, bytes);
     atomic_fetch_add(&job->bodies_done, hi - lo);
 }
