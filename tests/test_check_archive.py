@@ -1,0 +1,305 @@
+"""capsem-ledger check: the body archive (index against file, trusting neither) and --verify-bodies.
+
+Each test writes a sound ledger with LedgerWriter (test_check.write_ledger: two blocks, the
+first cut into several segments) or a sample ledger, damages exactly one thing, and asserts
+the finding, its wording and the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_check import run_cli, sql, write_ledger
+
+from capsem_core import check
+from capsem_core.check import check_ledger
+from capsem_core.format import SEGMENT_HEADER_BYTES, unpack_segment_header
+from capsem_core.sample import write_sample_ledger
+
+
+def blocks(db: Path) -> list[tuple[int, int, int]]:
+    return [tuple(r) for r in sql(db, "SELECT block_offset, raw_len, disk_len FROM body_blocks ORDER BY block_offset")]
+
+
+def segments(bodies: Path, block_offset: int, disk_len: int) -> list[tuple[int, int, int]]:
+    """(file offset, raw_len, comp_len) of each segment of one recorded extent."""
+    data = bodies.read_bytes()
+    at, end, raw, out = block_offset + 8, block_offset + disk_len, 0, []
+    while at < end:
+        header = unpack_segment_header(data[at:at + SEGMENT_HEADER_BYTES], at, raw)
+        out.append((at, header.raw_len, header.comp_len))
+        raw += header.raw_len
+        at += SEGMENT_HEADER_BYTES + header.comp_len
+    return out
+
+
+def flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return write_ledger(tmp_path / "sess-b")
+
+
+def bodies_of(db: Path) -> Path:
+    return db.with_suffix(".bodies")
+
+
+def archive_lines(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = lines.index("Body archive:")
+    return lines[start + 1: lines.index("", start)]
+
+
+# --- sound ledgers --------------------------------------------------------------------------------
+
+def test_the_test_ledger_has_two_blocks_and_a_multi_segment_first_block(ledger: Path) -> None:
+    (b1, _, d1), (b2, _, _) = blocks(ledger)
+    assert (b1, b2) == (16, 16 + d1)
+    assert len(segments(bodies_of(ledger), b1, d1)) >= 3
+
+
+@pytest.mark.parametrize("codec", ["deflate", "zstd"])
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_sound_sample_ledger_passes_with_exit_0(tmp_path: Path, capsys, codec: str, verify: bool) -> None:
+    summary = write_sample_ledger(tmp_path / f"sample-{codec}", seed=7, bodies=400, codec=codec)
+    db = summary.directory / "session.db"
+    code, out, err = run_cli(capsys, "--db", str(db), *(["--verify-bodies"] if verify else []))
+    assert code == 0, out + err
+    assert err == ""  # not a terminal: no progress bar
+    lines = archive_lines(out)
+    assert lines[0] == f"  {summary.bodies} bodies indexed in {summary.rows['body_blocks']} blocks"
+    assert "  Index and archive agree" in lines
+    if verify:
+        assert f"  {summary.bodies}/{summary.bodies} bodies read back and match their hashes" in lines
+    else:
+        assert "  (--verify-bodies reads every body back through its hash)" in lines
+    assert out.rstrip().endswith("Ledger sound.")
+
+
+def test_verify_json_counts_every_body_and_its_bytes(ledger: Path, capsys) -> None:
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies", "--json")
+    assert code == 0
+    verify = json.loads(out)["checks"]["verify_bodies"]
+    total_len = sql(ledger, "SELECT SUM(body_len) FROM event_body_blobs")[0][0]
+    assert verify["status"] == "ok"
+    assert verify["counts"] == {"bodies": 12, "verified": 12, "body_bytes": total_len}
+    archive = json.loads(out)["checks"]["body_archive"]
+    assert archive["counts"]["extents_walked"] == 2
+
+
+def test_progress_is_told_the_totals_then_bytes_and_bodies_then_the_end(ledger: Path) -> None:
+    seen: list[tuple] = []
+
+    class Progress:
+        def begin(self, total_bytes: int, total_bodies: int) -> None:
+            seen.append(("begin", total_bytes, total_bodies))
+
+        def __call__(self, bytes_done: int, bodies_done: int) -> None:
+            seen.append(("step", bytes_done, bodies_done))
+
+        def end(self) -> None:
+            seen.append(("end",))
+
+    check_ledger(ledger, verify_bodies=True, progress=Progress())
+    total = sql(ledger, "SELECT SUM(body_len) FROM event_body_blobs")[0][0]
+    assert seen[0] == ("begin", total, 12)
+    assert seen[-2] == ("step", total, 12)
+    assert seen[-1] == ("end",)
+
+
+# --- damage the doctor also finds -----------------------------------------------------------------
+
+def test_a_truncated_archive_is_shorter_than_its_last_block(ledger: Path, capsys) -> None:
+    archive = bodies_of(ledger)
+    end = blocks(ledger)[-1][0] + blocks(ledger)[-1][2]
+    with open(archive, "r+b") as f:
+        f.truncate(end - 10)
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies")
+    assert code == 1
+    assert f"  session.bodies is {end - 10} bytes but its last recorded block ends at {end}" in archive_lines(out)
+    report = check_ledger(ledger, verify_bodies=True)
+    assert report.checks["body_archive"].findings[0].code == "archive_short"
+    assert report.checks["verify_bodies"].status == "skipped"
+
+
+def test_a_missing_archive_with_recorded_blocks_is_damage(ledger: Path, capsys) -> None:
+    bodies_of(ledger).unlink()
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    lines = archive_lines(out)
+    assert "  session.bodies is missing and 2 blocks are recorded" in lines
+    assert not any(line.startswith("  session.bodies:") for line in lines)
+
+
+def test_a_deleted_body_blocks_row_leaves_its_bodies_dangling(ledger: Path, capsys) -> None:
+    second = blocks(ledger)[1][0]
+    sql(ledger, "DELETE FROM body_blocks WHERE block_offset = ?", (second,))
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    assert "  1 bodies name a block body_blocks does not record" in archive_lines(out)
+
+
+def test_a_body_running_past_its_blocks_raw_bytes_is_found(ledger: Path, capsys) -> None:
+    first, raw_len, _ = blocks(ledger)[0]
+    sql(ledger, "UPDATE event_body_blobs SET body_offset = ? WHERE id = (SELECT MIN(id) FROM event_body_blobs)",
+        (raw_len - 1,))
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    assert "  1 bodies run past the end of their block's raw bytes" in archive_lines(out)
+
+
+def test_a_wrong_file_header_is_not_a_capsem_body_archive(ledger: Path, capsys) -> None:
+    archive = bodies_of(ledger)
+    with open(archive, "r+b") as f:
+        f.write(b"NOTCAPSM")
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies")
+    assert code == 1
+    [line] = [l for l in archive_lines(out) if "is not a capsem body archive" in l]
+    assert line.startswith(f"  {archive} is not a capsem body archive (bad archive header")
+
+
+# --- damage only this check finds -----------------------------------------------------------------
+
+def test_an_extent_that_ends_inside_a_segment_is_mis_ended(ledger: Path, capsys) -> None:
+    second, _, disk_len = blocks(ledger)[1]
+    sql(ledger, "UPDATE body_blocks SET disk_len = ? WHERE block_offset = ?", (disk_len - 1, second))
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--json")
+    assert code == 1
+    [finding] = json.loads(out)["checks"]["body_archive"]["findings"]
+    assert finding["code"] == "bad_extent"
+    assert finding["location"]["block_offset"] == second
+    assert finding["message"].startswith(f"block at offset {second} (extent of {disk_len - 1} bytes): ")
+
+
+def test_overlapping_blocks_are_found_and_neither_extent_is_trusted(ledger: Path, capsys) -> None:
+    (first, _, d1), (second, _, _) = blocks(ledger)
+    sql(ledger, "UPDATE body_blocks SET disk_len = ? WHERE block_offset = ?", (d1 + 60, first))
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    lines = archive_lines(out)
+    assert f"  block at offset {second} starts inside the block at offset {first}, which ends at {first + d1 + 60}" in lines
+    assert any(line.startswith(f"  block at offset {first} (extent of {d1 + 60} bytes): ") for line in lines)
+
+
+def test_a_block_starting_inside_the_file_header_is_found(ledger: Path) -> None:
+    sql(ledger, "UPDATE body_blocks SET block_offset = 8 WHERE block_offset = 16")
+    messages = [f.message for f in check_ledger(ledger).checks["body_archive"].findings]
+    assert "block at offset 8 starts inside the 16-byte file header" in messages
+
+
+def test_a_raw_len_the_segments_do_not_hold_is_found(ledger: Path) -> None:
+    first, raw_len, _ = blocks(ledger)[0]
+    sql(ledger, "UPDATE body_blocks SET raw_len = ? WHERE block_offset = ?", (raw_len + 5, first))
+    archive = check_ledger(ledger).checks["body_archive"]
+    assert [f.message for f in archive.findings] == [
+        f"block at offset {first} records raw_len {raw_len + 5} but its segments hold {raw_len} raw bytes"]
+
+
+def test_only_the_first_five_problems_print_then_a_count(ledger: Path, capsys) -> None:
+    # Seven blocks recorded inside the first one: seven overlap findings, one line for the rest.
+    first, _, d1 = blocks(ledger)[0]
+    for k in range(1, 8):
+        sql(ledger, "INSERT INTO body_blocks VALUES (?, 1, 1, 't')", (first + 8 * k,))
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    lines = archive_lines(out)
+    overlap = [line for line in lines if "starts inside the block" in line]
+    assert len(overlap) <= 5
+    assert lines[-1].startswith("  ... and ") and lines[-1].endswith(" more")
+
+
+# --- --verify-bodies ------------------------------------------------------------------------------
+
+def test_a_flipped_payload_byte_is_found_only_by_verify_bodies(ledger: Path, capsys) -> None:
+    first, _, d1 = blocks(ledger)[0]
+    at, _, comp_len = segments(bodies_of(ledger), first, d1)[0]
+    flip(bodies_of(ledger), at + SEGMENT_HEADER_BYTES + comp_len // 2)
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 0  # headers still walk: the structural checks cannot see payload bytes
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies")
+    assert code == 1
+    lines = archive_lines(out)
+    first_body = sql(ledger, "SELECT event_id, source_table, direction FROM event_body_blobs "
+                             "ORDER BY block_offset, body_offset LIMIT 1")[0]
+    assert lines[2].startswith("  {} {}/{}: ".format(*first_body))
+    verified = [line for line in lines if line.endswith("bodies read back and match their hashes")]
+    assert len(verified) == 1 and not verified[0].startswith("  12/12")
+    report = check_ledger(ledger, verify_bodies=True)
+    finding = report.checks["verify_bodies"].findings[0]
+    assert finding.location["block_offset"] == first
+    assert finding.location["segment_offset"] == at
+    assert finding.code in {"segment_hash", "integrity", "inflate"}
+
+
+def test_a_flipped_segment_hash_fails_that_segments_bodies_with_its_offset(ledger: Path, capsys) -> None:
+    first, _, d1 = blocks(ledger)[0]
+    segs = segments(bodies_of(ledger), first, d1)
+    at = segs[1][0]
+    flip(bodies_of(ledger), at + 20)  # the segment's BLAKE3 digest
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies", "--json")
+    assert code == 1
+    verify = json.loads(out)["checks"]["verify_bodies"]
+    assert verify["status"] == "fail"
+    kinds = {f["code"] for f in verify["findings"]}
+    assert kinds == {"segment_hash"}
+    for f in verify["findings"]:
+        assert f["location"]["segment_offset"] == at
+        assert f"block at offset {at} failed integrity check" in f["message"]
+        assert f["message"].startswith(f"{f['location']['event_id']} {f['location']['source_table']}/"
+                                       f"{f['location']['direction']}: ")
+    assert verify["counts"]["verified"] == 12 - verify["findings_total"]
+
+
+def test_a_body_hash_that_does_not_match_its_bytes_is_found(ledger: Path, capsys) -> None:
+    sql(ledger, "UPDATE event_body_blobs SET body_hash = 'blake3:' || printf('%064d', 0) "
+                "WHERE id = (SELECT MAX(id) FROM event_body_blobs)")
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies")
+    assert code == 1
+    lines = archive_lines(out)
+    assert any("archived body does not match the row that named it: index says blake3:" + "0" * 64 in line
+               for line in lines)
+    assert "  11/12 bodies read back and match their hashes" in lines
+
+
+def test_verify_is_skipped_when_the_structure_is_damaged(ledger: Path) -> None:
+    second, _, disk_len = blocks(ledger)[1]
+    sql(ledger, "UPDATE body_blocks SET disk_len = ? WHERE block_offset = ?", (disk_len + 1, second))
+    report = check_ledger(ledger, verify_bodies=True)
+    verify = report.checks["verify_bodies"]
+    assert verify.status == "skipped"
+    assert "disagree" in verify.reason
+    assert report.exit_code() == 1
+
+
+def test_the_progress_bar_draws_bytes_bodies_and_speed_on_a_terminal(tmp_path: Path) -> None:
+    import io
+
+    stream = io.StringIO()
+    stream.isatty = lambda: True  # type: ignore[method-assign]
+    bar = check.VerifyProgressBar(stream)
+    bar.begin(4 << 20, 100)
+    bar(2 << 20, 50)
+    bar.end()
+    bar.end()  # idempotent
+    text = stream.getvalue()
+    assert "50/100 bodies" in text
+    assert "MB" in text
+
+
+def test_an_archive_that_is_a_symlink_is_refused_as_a_finding(ledger: Path, tmp_path: Path, capsys) -> None:
+    archive = bodies_of(ledger)
+    elsewhere = tmp_path / "elsewhere.bodies"
+    archive.rename(elsewhere)
+    archive.symlink_to(elsewhere)
+    code, out, err = run_cli(capsys, "--db", str(ledger))
+    assert (code, err) == (1, "")
+    assert ("  session.bodies is a symbolic link; a ledger's archive must be a regular file beside session.db"
+            in archive_lines(out))
