@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -362,12 +363,11 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(ledger: Path, monkeyp
 
 # --- target resolution ----------------------------------------------------------------------------
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch) -> Path:
-    """A Capsem home: an older ephemeral session, a newer named VM, both with ledgers."""
-    home = tmp_path / "capsem-home"
-    monkeypatch.setenv("CAPSEM_HOME", str(home))
-    monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Capsem home: an older ephemeral session, a newer named VM, both with ledgers. Built
+    once per module; the tests only read it."""
+    home = tmp_path_factory.mktemp("home") / "capsem-home"
     main_db = sessions.create_main_db(home / "sessions" / "main.db")
     sessions.register_session(main_db, "0a1b2c3d4e5f", mode="ephemeral", created_at="2025-06-01T10:00:00Z")
     write_ledger(home / "run" / "sessions" / "0a1b2c3d4e5f", tool_pairs=1, second_block=False)
@@ -375,6 +375,13 @@ def home(tmp_path: Path, monkeypatch) -> Path:
                               created_at="2025-06-02T10:00:00Z")
     write_ledger(home / "run" / "persistent" / "co-work1", tool_pairs=2, second_block=False)
     return home
+
+
+@pytest.fixture
+def home(shared_home: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("CAPSEM_HOME", str(shared_home))
+    monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
+    return shared_home
 
 
 def test_no_argument_checks_the_latest_session_in_main_db(home: Path, capsys) -> None:
@@ -404,7 +411,7 @@ def test_a_display_name_resolves_through_main_db_to_the_persistent_directory(hom
 
 def test_capsem_run_dir_moves_the_ledgers(home: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     moved = tmp_path / "elsewhere"
-    (home / "run").rename(moved)
+    shutil.copytree(home / "run", moved)
     monkeypatch.setenv("CAPSEM_RUN_DIR", str(moved))
     code, out, _ = run_cli(capsys, "0a1b2c3d4e5f", "--json")
     assert code == 0
