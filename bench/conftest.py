@@ -31,3 +31,39 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep("-", "speed vs baseline, same run (min round, median round)")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# --- cached sample ledgers (verify / index benches) ---------------------------------------
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+LEDGER_CACHE = Path(os.environ.get("CAPSEM_BENCH_CACHE", Path.home() / ".cache" / "capsem-core-bench"))
+
+
+def sample_ledger(mix: str, *, bodies: int | None = None, raw_bytes: int | None = None,
+                  codec: str = "deflate", seed: int = 1) -> Path:
+    """session.db of a sample ledger cached under $CAPSEM_BENCH_CACHE (written once, renamed
+    into place), named like bench_check's: ``{mix}-{bodies | raw<bytes>}-{codec}-seed{seed}``."""
+    from capsem_core.sample import write_sample_ledger
+
+    size = f"{bodies}" if bodies is not None else f"raw{raw_bytes}"
+    directory = LEDGER_CACHE / f"{mix}-{size}-{codec}-seed{seed}"
+    if not (directory / "session.db").exists():
+        LEDGER_CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_sample_ledger(tmp, seed=seed, mix=mix, bodies=bodies, raw_bytes=raw_bytes, codec=codec)
+        tmp.rename(directory)
+    return directory / "session.db"
+
+
+def warm(db: Path) -> Path:
+    """Read a ledger's files once so every contender starts from a warm page cache."""
+    for path in (db, db.with_suffix(".bodies"), Path(f"{db}-wal")):
+        if path.exists():
+            with open(path, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+    return db

@@ -1,0 +1,55 @@
+"""Index scan: _index.scan_bodies against the sqlite3 module fetching the same columns in
+archive order, on the 1,000,000-body small sample (``CAPSEM_BENCH_BODIES`` overrides).
+Target: >= 5x.
+
+Run: ``python3 -m pytest bench/bench_index.py -q -s``
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from capsem_core import _index
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import sample_ledger, warm  # noqa: E402
+
+BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+
+
+@pytest.fixture(scope="module")
+def small() -> Path:
+    return warm(sample_ledger("small", bodies=BODIES))
+
+
+def _module_scan(db: Path) -> list[tuple]:
+    con = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT id, block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+                           "ORDER BY block_offset, body_offset, id").fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.benchmark(group="index-scan")
+def test_index_scan_baseline_sqlite3_module(benchmark, small):
+    benchmark.extra_info["baseline"] = True
+    rows = benchmark.pedantic(_module_scan, args=(small,), rounds=3, iterations=1)
+    assert len(rows) >= BODIES
+
+
+@pytest.mark.benchmark(group="index-scan")
+def test_index_scan_native(benchmark, small):
+    got = benchmark.pedantic(_index.scan_bodies, args=(small,), rounds=5, iterations=1)
+    assert got["id"].shape[0] >= BODIES and got["hash_ok"].all()
+
+
+@pytest.mark.benchmark(group="index-scan")
+def test_index_scan_native_blocks_too(benchmark, small):
+    # What verify_ledger scans: bodies and blocks.
+    benchmark.pedantic(lambda: (_index.scan_bodies(small), _index.scan_blocks(small)), rounds=5, iterations=1)
