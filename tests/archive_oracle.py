@@ -218,14 +218,15 @@ class IndexedBody:
     data: bytes
 
 
-def archived_bodies(db_path: str | Path) -> list[IndexedBody]:
-    """Every body the index names, read in archive order and checked against its hash."""
+def archived_bodies(db_path: str | Path, where: str = "", args: tuple = ()) -> list[IndexedBody]:
+    """Every body the index names (or those matching the SQL ``where``), in archive order, hash-checked."""
     db_path = Path(db_path)
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         rows = conn.execute(
             "SELECT event_id, source_table, direction, body_hash, block_offset, body_offset, body_len "
-            "FROM event_body_blobs ORDER BY block_offset, body_offset").fetchall()
+            f"FROM event_body_blobs {'WHERE ' + where if where else ''} ORDER BY block_offset, body_offset",
+            args).fetchall()
     finally:
         conn.close()
     if not rows:
@@ -269,3 +270,24 @@ def check_index_extents(db_path: str | Path) -> None:
             raise OracleError(f"block {block_offset} extent {disk_len} does not end on a segment boundary")
         if ends[disk_len] != raw_len:
             raise OracleError(f"block {block_offset} records raw_len {raw_len}, its segments hold {ends[disk_len]}")
+
+
+def read_body(db_path: str | Path, event_id: str, source_table: str, direction: str) -> bytes | None:
+    """One body by its index key, checked against its hash; None if no row names it."""
+    db_path = Path(db_path)
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        row = conn.execute(
+            "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+            "WHERE event_id = ? AND source_table = ? AND direction = ?", (event_id, source_table, direction)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    block_offset, body_offset, body_len, body_hash = row
+    data = ArchiveOracle(db_path.with_suffix(".bodies")).read(block_offset, body_offset, body_len)
+    got = "blake3:" + b3(data).hex()
+    if got != body_hash:
+        raise OracleError(f"archived body of {event_id} does not match the row that named it: "
+                          f"index says {body_hash}, bytes hash to {got}")
+    return data
