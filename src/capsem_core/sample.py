@@ -750,7 +750,7 @@ class _Session:
         self.target_bodies = target_bodies
         self.target_raw = target_raw
         self.progress = progress
-        self._progress_at = 0
+        self._progress_at = (0, 0)
         r = self.r
         self.next_model_call_id = 1
         self.next_pid = 2000 + r.randrange(1000)
@@ -823,8 +823,9 @@ class _Session:
             c.bodies += 1
             c.raw += len(b.data)
         self.w.insert(table, row, kept)
-        if self.progress is not None and c.bodies - self._progress_at >= 20_000:
-            self._progress_at = c.bodies
+        if self.progress is not None and (c.bodies - self._progress_at[0] >= 50_000
+                                          or c.raw - self._progress_at[1] >= 128 * MIB):
+            self._progress_at = (c.bodies, c.raw)
             self.progress(c.bodies, c.raw)
 
     def tiny(self, text: str) -> str:
@@ -1142,7 +1143,7 @@ class _Session:
         self.net(ctx, prov.process, ctx.pid, prov.domain, "POST", prov.path, prov.query, 200, request, response,
                  "application/json", "text/event-stream; charset=utf-8", duration_ms,
                  rule="net.allow.ai-providers", cred=cred, stages=3,
-                 headers={prov.key_header: "credential:blake3:…", "user-agent": prov.user_agent})
+                 headers={prov.key_header: cred, "user-agent": prov.user_agent})
         mc_id = self.next_model_call_id
         self.next_model_call_id += 1
         ctx.model_call_id = mc_id
