@@ -138,12 +138,12 @@ static void lanes_hash_small(const uint8_t *base, const uint64_t *offsets, const
                 blocks[j] = zero_block;
                 block_len[j] = 0;
                 flags[j] = 0;
-            } else if (s.left[j] > CAPSEM_BLAKE3_BLOCK_LEN) {
+            } else if (s.left[j] >= CAPSEM_BLAKE3_BLOCK_LEN) {
                 blocks[j] = s.src[j];
                 block_len[j] = CAPSEM_BLAKE3_BLOCK_LEN;
-                flags[j] = s.start[j];
+                flags[j] = s.start[j] | (s.left[j] == CAPSEM_BLAKE3_BLOCK_LEN ? CHUNK_END | ROOT : 0);
             } else {
-                /* The last block: never read past the input, pad with zeros. */
+                /* Zero-padded: never read past the input. */
                 memset(pad[j], 0, sizeof pad[j]);
                 if (s.left[j]) memcpy(pad[j], s.src[j], s.left[j]);
                 blocks[j] = pad[j];
