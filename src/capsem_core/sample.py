@@ -1418,7 +1418,7 @@ class _Session:
             self.fs(ctx, "modified", f"{_FS_TOP}/.pytest_cache/v/cache/lastfailed", r.randint(2, 900))
         elif detail == "git" and cmd.startswith("git push"):
             self.net(ctx, "git", child_pid, "github.com", "POST", "/capsem-dev/capsem-core.git/git-receive-pack",
-                     None, 200, self.r.randbytes(min(self.logu(2000, 200_000), budget)),
+                     None, 200, self.r.randbytes(r.randint(150, 300) if p.tiny else min(self.logu(2000, 200_000), budget)),
                      b"000eunpack ok\n0019ok refs/heads/main\n0000", "application/x-git-receive-pack-request",
                      "application/x-git-receive-pack-result", r.randint(200, 3000),
                      rule="net.allow.dev-registries")
