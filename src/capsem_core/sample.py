@@ -35,9 +35,8 @@ import shutil
 import sqlite3
 import sys
 import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
@@ -280,6 +279,11 @@ def _cap(s: str | None, n: int = PREVIEW_CAP) -> str | None:
 
 def _cap_bytes_text(b: bytes, n: int = PREVIEW_CAP) -> str:
     return b[:n].decode("utf-8", "replace")
+
+
+def _textual(content_type: str | None) -> bool:
+    """Whether a body of this type gets a text preview (archives and packs do not)."""
+    return content_type is not None and not content_type.startswith(("application/octet-stream", "application/x-git"))
 
 
 def _fit(text: str, lo: int, hi: int, filler: str) -> str:
@@ -967,8 +971,9 @@ class _Session:
             "status_code": status, "bytes_sent": len(req or b""), "bytes_received": len(resp or b""),
             "duration_ms": duration_ms, "matched_rule": rule, "request_headers": _jdump(req_h),
             "response_headers": _jdump(resp_h), "headers_truncated": 0,
-            "request_body_preview": _cap_bytes_text(req) if req else None,
-            "response_body_preview": _cap_bytes_text(resp) if resp else None, "conn_type": "https",
+            "request_body_preview": _cap_bytes_text(req) if req and _textual(req_ct) else None,
+            "response_body_preview": _cap_bytes_text(resp) if resp and _textual(resp_ct) else None,
+            "conn_type": "https",
             "policy_mode": "enforce", "policy_action": "block" if denied else "allow", "policy_rule": rule,
             "policy_reason": "domain is not on the allowlist" if denied else "domain on the allowlist",
             "trace_id": ctx.trace_id, "turn_id": ctx.turn_id, "credential_ref": cred,
@@ -976,7 +981,7 @@ class _Session:
         fields: dict[str, object] = {"process": process, "method": method, "domain": domain, "path": path}
         if not self.p.tiny:
             fields.update({"pid": pid, "port": 443, "query": query, "headers": req_h,
-                           "body_preview": _cap_bytes_text(req, 1024) if req else None})
+                           "body_preview": _cap_bytes_text(req, 1024) if req and _textual(req_ct) else None})
         self.secure(ctx, eid, "http.request", self.payload(ctx, eid, "http.request", fields), rule,
                     stages=stages, cred=cred, ask_approved=ask_approved)
         return eid
@@ -1699,7 +1704,7 @@ def _refuse_existing(directory: Path) -> None:
                               directory / name)
 
 
-def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix: str = "realistic",
+def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix: Mix = "realistic",
                         bodies: int | None = None, raw_bytes: int | None = None, codec: str = "deflate",
                         start_time: float = DEFAULT_START_TIME,
                         progress: Callable[[int, int], None] | None = None,
@@ -1769,7 +1774,7 @@ class HomeSession:
     id: str
     name: str | None            # display name of a persistent VM; None for an ephemeral session
     kind: str                   # "ephemeral" | "persistent"
-    category: str               # stopped | running | crashed | vacuumed | persistent
+    category: HomeCategory
     status: str                 # main.db status: running | stopped | crashed
     ledger_dir: Path | None     # None once vacuumed (stats only in main.db)
     created_at: str
@@ -1797,7 +1802,7 @@ class HomeSummary:
 
 
 def write_sample_home(home: os.PathLike[str] | str, *, seed: int = 0, sessions: int = 12,
-                      mix: str = "realistic", bodies: int | None = None, codec: str = "deflate",
+                      mix: Mix = "realistic", bodies: int | None = None, codec: str = "deflate",
                       start_time: float = DEFAULT_START_TIME) -> HomeSummary:
     """Lay out a whole Capsem home at ``home``: ledgers under ``run/sessions/<id>/`` (ephemeral)
     and ``run/persistent/<name>/`` (named VMs, display name != id), ``sessions/main.db`` with
