@@ -35,6 +35,7 @@ import shutil
 import sqlite3
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -43,6 +44,8 @@ from typing import Any, Literal
 
 from capsem_core._blake3 import hexdigest as _b3hex
 from capsem_core.format import LedgerError
+from capsem_core.writer import Body, LedgerWriter
+from capsem_core.writer import ledger_timestamp as ledger_time
 
 __all__ = [
     "HomeSession",
@@ -256,19 +259,6 @@ _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _jdump: Callable[[object], str] = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 # A JSON string literal (quotes included) of a str.
 _jstr: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
-
-
-_ts_cache: tuple[int, str] = (-1, "")
-
-
-def ledger_time(t: float) -> str:
-    """RFC 3339 UTC to the microsecond, the ledger's fixed-width timestamp shape."""
-    global _ts_cache
-    micros = int(round(t * 1_000_000))
-    sec, us = divmod(micros, 1_000_000)
-    if _ts_cache[0] != sec:
-        _ts_cache = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
-    return f"{_ts_cache[1]}.{us:06d}Z"
 
 
 def _cap(s: str | None, n: int = PREVIEW_CAP) -> str | None:
@@ -1431,7 +1421,10 @@ class _Session:
         if p.tiny:
             text = self.tiny(text)
         exit_code = 1 if (detail == "pytest" and "FAILED" in text) else 0
-        self.tick(0.05, 2.0) if p.tiny else self.tick(0.2, 25.0)
+        if p.tiny:
+            self.tick(0.05, 2.0)
+        else:
+            self.tick(0.2, 25.0)
         if exit_code:
             text += f"\nExit code {exit_code}" if not p.tiny else ""
         return _ToolResult(use.call_id, use.name, text, bool(exit_code))
@@ -1714,8 +1707,6 @@ def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix
     Generation stops once ``bodies`` bodies or ``raw_bytes`` raw body bytes are written,
     whichever comes first (the turn in progress is finished so every tool call gets its
     response); with neither, the mix's default size. Refuses to touch an existing ledger."""
-    from capsem_core.writer import Body, LedgerWriter
-
     if mix not in _PROFILES:
         raise ValueError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
     if bodies is not None and bodies <= 0:
@@ -1865,7 +1856,6 @@ def write_sample_home(home: os.PathLike[str] | str, *, seed: int = 0, sessions: 
 
 
 def _uuid4(r: random.Random) -> str:
-    import uuid
     return str(uuid.UUID(int=r.getrandbits(128), version=4))
 
 
