@@ -12,6 +12,8 @@ from pathlib import Path
 import blake3
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capsem_core import _blake3
 
@@ -128,6 +130,25 @@ def test_every_simd_level_agrees_with_portable_on_random_unaligned_slices(noise:
     _blake3.set_simd_level("portable")
     assert np.array_equal(ours, _blake3.hash_many(noise, offsets, lengths))
     assert (offsets % 32 != 0).any() and (lengths <= 1024).any() and (lengths > 1024).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    count=st.integers(1, 40),
+    longest=st.sampled_from([64, 1024, 1025, 9000, 70_000]),
+)
+def test_every_simd_level_agrees_with_portable_on_any_set_of_slices(noise: bytes, seed: int, count: int, longest: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, longest + 1, count).astype(np.uint64)
+    offsets = (rng.random(count) * (len(noise) - lengths + 1)).astype(np.uint64)
+    before = _blake3.simd_level()
+    try:
+        rows = {level: _blake3.hash_many(noise, offsets, lengths) for level in LEVELS if _blake3.set_simd_level(level)}
+    finally:
+        _blake3.set_simd_level(before)
+    for level in LEVELS[1:]:
+        assert np.array_equal(rows[level], rows["portable"]), level
 
 
 def test_bodies_of_mixed_small_lengths_agree_with_the_blake3_package(noise: bytes, level: str) -> None:
