@@ -633,14 +633,62 @@ def test_buffered_work_flushes_by_itself(tmp_path):
     with LedgerWriter(tmp_path, flush_rows=10) as w:
         for i in range(12):
             w.insert("net_events", net_row(i))
+        w.wait()
         assert query(db, "SELECT COUNT(*) FROM net_events") == [(10,)]
         # Bodies count too: 2 rows left over + 4 rows with one body each reach 10.
         for i in range(12, 15):
             w.insert("net_events", net_row(i), [Body("request", b"r%d" % i, "http.request")])
+        w.wait()
         assert query(db, "SELECT COUNT(*) FROM net_events") == [(10,)]
         w.insert("net_events", net_row(15), [Body("request", b"r15", "http.request")])
+        w.wait()
+        assert not w.committing
         assert query(db, "SELECT COUNT(*) FROM net_events") == [(16,)]
         assert query(db, "SELECT COUNT(*) FROM event_body_blobs") == [(4,)]
+        assert oracle.read_body(db, eid(15), "net_events", "request") == b"r15"
+
+
+def _write_with_background_flushes(directory: Path, codec: str) -> None:
+    rng = random.Random(99)
+    shared = [rng.randbytes(rng.choice([600, 3000])) for _ in range(20)]
+    with LedgerWriter(directory, codec=codec, clock=Clock(), flush_rows=25) as w:
+        for i in range(400):
+            w.insert("net_events", net_row(i), [Body("request", rng.choice(shared), "http.request"),
+                                                Body("response", text_bytes(rng, rng.randint(10, 4000)),
+                                                     "http.request")])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_background_flushes_give_the_same_ledger_every_time(tmp_path, codec):
+    _write_with_background_flushes(tmp_path / "a", codec)
+    _write_with_background_flushes(tmp_path / "b", codec)
+    assert (tmp_path / "a" / "session.bodies").read_bytes() == (tmp_path / "b" / "session.bodies").read_bytes()
+    rows = "SELECT event_id, direction, block_offset, body_offset, body_len, created_at FROM event_body_blobs ORDER BY id"
+    assert query(tmp_path / "a" / "session.db", rows) == query(tmp_path / "b" / "session.db", rows)
+    bodies = oracle.archived_bodies(tmp_path / "a" / "session.db")
+    assert len(bodies) == 800
+    spans = query(tmp_path / "a" / "session.db", "SELECT COUNT(DISTINCT block_offset || ':' || body_offset) "
+                                                 "FROM event_body_blobs WHERE direction = 'request'")[0][0]
+    assert spans < 100  # 20 shared request bodies, reused within and across blocks
+    oracle.check_index_extents(tmp_path / "a" / "session.db")
+
+
+def test_a_failed_background_flush_surfaces_and_its_rows_are_retried(tmp_path):
+    db = tmp_path / "session.db"
+    w = LedgerWriter(tmp_path, flush_rows=4)
+    real = w._conn
+    w._conn = _FailingCommit(real)
+    w.insert("net_events", net_row(1), [Body("request", b"one " * 100, "http.request")])
+    w.insert("net_events", net_row(2), [Body("request", b"two " * 100, "http.request")])  # starts a flush
+    with pytest.raises(LedgerError, match="retried by the next flush"):
+        w.wait()
+    assert query(db, "SELECT COUNT(*) FROM net_events") == [(0,)]
+    w.insert("net_events", net_row(3), [Body("request", b"three " * 100, "http.request")])
+    w.close()
+    assert query(db, "SELECT COUNT(*) FROM net_events") == [(3,)]
+    assert [b.data for b in oracle.archived_bodies(db)] == [b"one " * 100, b"two " * 100, b"three " * 100]
+    (block_offset, disk_len), = query(db, "SELECT block_offset, disk_len FROM body_blocks")
+    assert block_offset + disk_len == (tmp_path / "session.bodies").stat().st_size
 
 
 def test_a_later_body_with_the_same_key_replaces_the_earlier_row(tmp_path):

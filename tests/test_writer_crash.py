@@ -1,6 +1,7 @@
 """Crash safety of the ledger writer: SIGKILL at random points never leaves a wrong answer.
 
-A child process runs LedgerWriter flush cycles (blocks closing now and then) and is killed,
+A child process runs LedgerWriter flush cycles (blocks closing now and then, some flushes
+in the background) and is killed,
 either by this test after a random delay or by itself at a random step of the flush cycle
 (mid-write, before or after the archive sync, as COMMIT starts). The same ledger is reused
 by every child, so each one also proves a new writer opens the torn ledger, starts a new
@@ -48,7 +49,10 @@ def fdatasync(fd):
     maybe_die("after-sync")
 os.write, os.fdatasync = write, fdatasync
 
-w = LedgerWriter(directory, codec=rng.choice(["deflate", "zstd"]), close_every_flush=rng.random() < 0.3)
+# Some children leave most flushes to the background flush (a small flush_rows).
+w = LedgerWriter(directory, codec=rng.choice(["deflate", "zstd"]), close_every_flush=rng.random() < 0.3,
+                 flush_rows=rng.choice([50000, 7]))
+every = rng.choice([1, 3])
 w._conn.set_trace_callback(lambda sql: maybe_die("commit") if sql == "COMMIT" else None)
 print("open", w.archive.end if w.archive else -1, flush=True)
 for step in range(100000):
@@ -56,8 +60,10 @@ for step in range(100000):
         event_id = f"{seed:04x}{step * 4 + r:08x}"
         w.insert("net_events", {"event_id": event_id, "timestamp": "t", "domain": "d", "decision": "allowed"},
                  [Body(d, BODY(event_id, d), "http.request") for d in ("request", "response")])
-    w.flush()
-    print("committed", step, flush=True)
+    if step % every == every - 1:
+        w.flush()
+        for done in range(step - every + 1, step + 1):
+            print("committed", done, flush=True)
 '''
 
 BODY_SOURCE = '''

@@ -26,6 +26,7 @@ import re
 import secrets
 import sqlite3
 import stat
+import threading
 import time
 import warnings
 import zlib
@@ -482,6 +483,31 @@ class _CommittedHashes:
                     and bits[c >> 3] & (1 << (c & 7)))
 
 
+class _Job:
+    """One flush's worth of work, taken out of the buffers: segments to record, rows to commit."""
+
+    __slots__ = ("segments", "body_rows", "batches", "buffered", "unsynced", "stamp", "body_count",
+                 "rejected", "error", "sync_error", "thread")
+
+    def __init__(self, segments: list[SegmentWritten], body_rows: list[tuple[Any, ...]], batches: list[_Batch],
+                 buffered: int, unsynced: bool, stamp: str) -> None:
+        self.segments = segments
+        self.body_rows = body_rows
+        self.batches = batches
+        self.buffered = buffered
+        self.unsynced = unsynced
+        self.stamp = stamp
+        self.body_count = len(body_rows)
+        self.rejected: list[tuple[str, str]] = []
+        self.error: BaseException | None = None
+        self.sync_error: LedgerError | None = None
+        self.thread: threading.Thread | None = None
+
+
+_REJECTIONS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
+               OverflowError)
+
+
 def _refuse_symlink(path: Path, what: str) -> None:
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode):
@@ -495,9 +521,13 @@ class LedgerWriter:
 
     ``insert`` buffers a row and stages its bodies; ``flush`` runs Capsem's flush cycle
     (segment or FINAL segment, fdatasync, then one transaction: ``body_blocks`` upserts,
-    ``event_body_blobs`` rows, the buffered rows); ``close`` closes the open block, flushes,
-    syncs, checkpoints the WAL and releases the writer lock. Buffered work is flushed by
-    itself every ``flush_rows`` rows+bodies or ``flush_bytes`` staged body bytes.
+    ``event_body_blobs`` rows, the buffered rows) and returns once it committed; ``close``
+    closes the open block, flushes, syncs, checkpoints the WAL and releases the writer lock.
+    Buffered work is flushed by itself every ``flush_rows`` rows+bodies or ``flush_bytes``
+    staged body bytes: that flush cuts its segment at once and leaves the fdatasync and the
+    transaction to a worker thread while inserts go on (one at a time; ``wait()`` joins it,
+    and ``flush``/``close`` always do). Its errors surface at the next insert that flushes,
+    at ``wait``, ``flush`` or ``close``.
 
     Bodies are stored unless the archive is out of service (``archive_out_of_service`` says
     why: the index names bytes past the end of the archive, the archive's header is not a v2
@@ -524,6 +554,12 @@ class LedgerWriter:
         self._closed = True
         self._lock_fd = -1
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._job: _Job | None = None
+        # Spans of bodies >= 512 bytes whose rows a background flush is committing right now:
+        # for cross-block dedup they count as committed (their bytes are written and synced
+        # before that commit), so dedup does not depend on when the commit lands.
+        self._inflight: dict[str, tuple[int, int, int]] = {}
         self._archive: BodyArchiveWriter | None = None
         self.archive_out_of_service: str | None = None
 
@@ -560,6 +596,8 @@ class LedgerWriter:
         try:
             self._conn = self._connect(schema)
             self._max_variables = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+            self._reader = sqlite3.connect(self._db_path, timeout=5.0, isolation_level=None)
+            self._reader.execute("PRAGMA query_only = ON")
             self._open_archive()
         except BaseException:
             self._release()
@@ -595,7 +633,9 @@ class LedgerWriter:
                 time.sleep(_LOCK_RETRY_SECONDS)
 
     def _connect(self, schema: Any) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._db_path, timeout=5.0, isolation_level=None)
+        # Background flushes commit from a worker thread, one at a time, never concurrently
+        # with this thread's use of the connection.
+        conn = sqlite3.connect(self._db_path, timeout=5.0, isolation_level=None, check_same_thread=False)
         try:
             for attempt in range(_OPEN_RETRIES):
                 try:
@@ -755,7 +795,7 @@ class LedgerWriter:
         if bodies:
             self._stage_bodies(table, row, bodies)
         if self._buffered >= self._flush_rows or self._buffered_bytes >= self._flush_bytes:
-            self.flush()
+            self._flush_in_background()
 
     def _check_bodies(self, spec: _TableSpec, row: Mapping[str, object], bodies: tuple[Body, ...]) -> None:
         if not spec.carries_bodies:
@@ -827,14 +867,20 @@ class LedgerWriter:
 
     def _committed_span(self, digest: bytes, size: int) -> tuple[int, int, int] | None:
         """A committed span holding exactly these bytes (cross-block dedup), if the index has one."""
-        assert self._conn is not None
+        assert self._reader is not None
         if not self._committed.may_hold(digest):
             return None
+        body_hash = "blake3:" + digest.hex()
         try:
-            return self._conn.execute(_LOOKUP_COMMITTED, ("blake3:" + digest.hex(), size)).fetchone()
+            found = self._reader.execute(_LOOKUP_COMMITTED, (body_hash, size)).fetchone()
         except sqlite3.Error:
             # A failed lookup only costs a second copy of the body.
-            return None
+            found = None
+        if found is None and self._inflight:
+            span = self._inflight.get(body_hash)
+            if span is not None and span[2] == size:
+                return span
+        return found
 
     def _stage(self, archive: BodyArchiveWriter, stored: bytes, now: float) -> tuple[int, int, int] | None:
         """Stage into the open block (closing it on BlockFull); None if the body is dropped."""
@@ -908,6 +954,7 @@ class LedgerWriter:
         """Take the archive out of service, keeping only rows whose bytes are whole and synced."""
         archive = self._archive
         assert archive is not None
+        self._join_job()  # a background flush may be syncing this file
         open_block = archive.block_offset
         safe_raw = archive.written_raw_len
         held = len(self._body_rows)
@@ -924,7 +971,7 @@ class LedgerWriter:
                 self._unsynced = False
         self.bodies_dropped += held - len(kept)
         self._buffered -= held - len(kept)
-        self._body_rows = kept
+        self._body_rows[:] = kept  # in place: a staging loop may hold the list
         self._rows_written = len(kept)
         archive.abandon()
         archive.close()
@@ -938,89 +985,177 @@ class LedgerWriter:
     def flush(self) -> None:
         """One flush cycle: bytes on disk and synced, then one transaction for every row.
 
-        If the transaction fails, nothing is forgotten: the same segments and rows are retried
-        by the next flush (the block upsert is monotone, so the grown extent lands once).
-        Rows that the schema's constraints refuse are dropped, the others committed, and
-        RowRejected says which.
+        Waits for a background flush in progress first. If the transaction fails, nothing is
+        forgotten: the same segments and rows are retried by the next flush (the block upsert
+        is monotone, so the grown extent lands once). Rows that the schema's constraints
+        refuse are dropped, the others committed, and RowRejected says which.
         """
         if self._closed:
             raise LedgerError("the ledger writer is closed", self._db_path)
+        self._reap()
+        job = self._take_work()
+        if job is not None:
+            self._run(job)
+            self._finish(job)
+
+    def wait(self) -> None:
+        """Wait until a background flush (started by a full buffer) has committed.
+
+        Raises what that flush raised; rows it could not commit are back in the buffers.
+        """
+        if self._closed:
+            raise LedgerError("the ledger writer is closed", self._db_path)
+        self._reap()
+
+    @property
+    def committing(self) -> bool:
+        """A background flush is running."""
+        return self._job is not None
+
+    def _flush_in_background(self) -> None:
+        """The automatic flush: the same cycle, committed by a worker while staging goes on.
+
+        The segment is cut here, so the archive bytes are exactly those of a synchronous
+        flush; only the fdatasync and the transaction overlap the caller's next inserts.
+        """
+        self._reap()
+        job = self._take_work()
+        if job is None:
+            return
+        floor = fmt.MIN_ARCHIVE_DEDUP_BYTES
+        inflight = self._inflight
+        add = self._committed.add_hash_text
+        for r in job.body_rows:
+            if r[_ROW_LEN] >= floor:
+                add(r[8])
+                inflight.setdefault(r[8], (r[_ROW_BLOCK], r[_ROW_OFFSET], r[_ROW_LEN]))
+        job.thread = threading.Thread(target=self._run, args=(job,), name="capsem-ledger-flush", daemon=True)
+        self._job = job
+        job.thread.start()
+
+    def _take_work(self) -> _Job | None:
+        """Cut the segment (step 2 of the cycle) and move everything buffered into a job."""
         now = self._clock()
         self._cut_segment(now)
         if not (self._segments or self._body_rows or self._batches):
-            return
-        if self._unsynced:
-            assert self._archive is not None
-            try:
-                self._archive.sync()
-                self._unsynced = False
-            except LedgerError as e:
-                self._drop_held_bodies()
-                self._retire(f"fdatasync failed ({e.detail})")
-        stamp = self._stamp(now)
+            return None
+        job = _Job(self._segments, self._body_rows, self._batches, self._buffered, self._unsynced, self._stamp(now))
+        self._segments = []
+        self._body_rows = []
+        self._rows_written = 0
+        self._batches = []
+        for spec in self._specs.values():
+            spec.batch = None
+        self._buffered = 0
+        self._buffered_bytes = 0
+        self._unsynced = False
+        return job
+
+    def _run(self, job: _Job) -> None:
+        """Sync the archive, then commit the job's rows in one transaction (any thread)."""
         try:
-            rejected = self._commit(stamp, salvage=False)
-        except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
-                OverflowError):
-            rejected = self._commit_salvaging(stamp)
-        except sqlite3.Error as e:
-            raise LedgerError(f"flush did not commit ({e}); its rows and bodies are kept and retried by the next "
-                              "flush", self._db_path) from e
+            if job.unsynced and self._archive is not None:
+                try:
+                    self._archive.sync()
+                except LedgerError as e:
+                    # Rows must never name bytes that may not be on disk: commit the ledger
+                    # rows without them.
+                    job.sync_error = e
+                    job.segments = []
+                    job.body_rows = []
+            try:
+                job.rejected = self._commit(job, salvage=False)
+            except _REJECTIONS:
+                job.rejected = self._commit(job, salvage=True)
+        except BaseException as e:  # noqa: BLE001 - handed to the owning thread by _finish
+            job.error = e
+
+    def _join_job(self) -> None:
+        job = self._job
+        if job is not None and job.thread is not None:
+            job.thread.join()
+
+    def _reap(self) -> None:
+        """Wait for the background flush, if any, and take its outcome."""
+        job = self._job
+        if job is not None:
+            self._join_job()
+            self._finish(job)
+
+    def _finish(self, job: _Job) -> None:
+        self._job = None
+        self._inflight.clear()
+        if job.sync_error is not None:
+            self.bodies_dropped += job.body_count
+            if self._archive is not None:
+                self._retire(f"fdatasync failed ({job.sync_error.detail})")
+        if job.error is not None:
+            self._restore(job)
+            if isinstance(job.error, sqlite3.Error):
+                raise LedgerError(f"flush did not commit ({job.error}); its rows and bodies are kept and retried by "
+                                  "the next flush", self._db_path) from job.error
+            raise job.error
+        rejected = job.rejected
+        refused_bodies = sum(1 for table, _ in rejected if table == "event_body_blobs")
+        refused_rows = len(rejected) - refused_bodies
+        self.bodies_dropped += refused_bodies
+        self.rows_rejected += refused_rows
+        self.bodies_committed += len(job.body_rows) - refused_bodies
+        self.rows_committed += job.buffered - job.body_count - refused_rows
+        self.flushes += 1
         add = self._committed.add_hash_text
         floor = fmt.MIN_ARCHIVE_DEDUP_BYTES
-        for r in self._body_rows:
+        for r in job.body_rows:
             if r[_ROW_LEN] >= floor:
                 add(r[8])
-        self._forget_committed(rejected)
         if rejected:
             table, why = rejected[0]
             raise fmt.RowRejected(f"session.db refused {len(rejected)} rows, which were dropped (the others were "
                                   f"committed); first: a {table} row: {why}", self._db_path)
 
-    def _drop_held_bodies(self) -> None:
-        held = len(self._body_rows)
-        self.bodies_dropped += held
-        self._buffered -= held
-        self._body_rows = []
-        self._rows_written = 0
-        self._segments.clear()
-        self._unsynced = False
+    def _restore(self, job: _Job) -> None:
+        """Put a job that did not commit back in front of the buffers, for the next flush."""
+        self._segments[:0] = job.segments
+        self._body_rows[:0] = job.body_rows
+        self._rows_written += len(job.body_rows)
+        self._batches[:0] = job.batches
+        self._buffered += job.buffered - (job.body_count - len(job.body_rows))
+        self._unsynced = self._unsynced or bool(job.segments)  # syncing again is harmless
 
-    def _commit(self, stamp: str, salvage: bool) -> list[tuple[str, str]]:
+    def _commit(self, job: _Job, salvage: bool) -> list[tuple[str, str]]:
         conn = self._conn
         assert conn is not None
         rejected: list[tuple[str, str]] = []
         conn.execute("BEGIN")
         try:
             # Blocks before the body rows that reference them, body rows before ledger rows.
-            if self._segments:
-                conn.executemany(_UPSERT_BLOCK, [(s.block_offset, s.raw_len, s.disk_len, stamp)
-                                                 for s in self._segments])
+            if job.segments:
+                conn.executemany(_UPSERT_BLOCK, [(s.block_offset, s.raw_len, s.disk_len, job.stamp)
+                                                 for s in job.segments])
             if not salvage:
-                if self._body_rows:
+                if job.body_rows:
                     # Every CHECK of event_body_blobs holds by construction (insert validated
                     # event_id, event_type, table and direction; the writer derived the rest),
                     # and SQLite re-evaluating its IN-lists costs more than the indexes do.
                     conn.execute("PRAGMA ignore_check_constraints = ON")
                     try:
-                        _insert_rows(conn, _BODY_INSERT_HEAD, _BODY_COLUMNS, self._body_rows,
+                        _insert_rows(conn, _BODY_INSERT_HEAD, _BODY_COLUMNS, job.body_rows,
                                      self._rows_per_statement(_BODY_COLUMNS))
                     finally:
                         conn.execute("PRAGMA ignore_check_constraints = OFF")
-                for batch in self._batches:
+                for batch in job.batches:
                     _insert_rows(conn, batch.head, len(batch.keys), batch.rows,
                                  self._rows_per_statement(len(batch.keys)))
             else:
                 for head, width, table, rows in (
-                        [(_BODY_INSERT_HEAD, _BODY_COLUMNS, "event_body_blobs", self._body_rows)]
-                        + [(b.head, len(b.keys), b.table, b.rows) for b in self._batches]):
+                        [(_BODY_INSERT_HEAD, _BODY_COLUMNS, "event_body_blobs", job.body_rows)]
+                        + [(b.head, len(b.keys), b.table, b.rows) for b in job.batches]):
                     sql = _values_sql(head, width, 1)
                     for values in rows:
                         conn.execute("SAVEPOINT capsem_row")
                         try:
                             conn.execute(sql, values)
-                        except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError,
-                                sqlite3.DataError, OverflowError) as e:
+                        except _REJECTIONS as e:
                             conn.execute("ROLLBACK TO capsem_row")
                             rejected.append((table, str(e)))
                         conn.execute("RELEASE capsem_row")
@@ -1033,30 +1168,6 @@ class LedgerWriter:
 
     def _rows_per_statement(self, width: int) -> int:
         return max(1, min(_ROWS_PER_STATEMENT, self._max_variables // width))
-
-    def _commit_salvaging(self, stamp: str) -> list[tuple[str, str]]:
-        try:
-            return self._commit(stamp, salvage=True)
-        except sqlite3.Error as e:
-            raise LedgerError(f"flush did not commit ({e}); its rows and bodies are kept and retried by the next "
-                              "flush", self._db_path) from e
-
-    def _forget_committed(self, rejected: list[tuple[str, str]]) -> None:
-        refused_bodies = sum(1 for table, _ in rejected if table == "event_body_blobs")
-        body_rows = len(self._body_rows)
-        self.bodies_dropped += refused_bodies
-        self.rows_rejected += len(rejected) - refused_bodies
-        self.bodies_committed += body_rows - refused_bodies
-        self.rows_committed += self._buffered - body_rows - (len(rejected) - refused_bodies)
-        self.flushes += 1
-        self._segments.clear()
-        self._body_rows = []
-        self._rows_written = 0
-        self._batches = []
-        for spec in self._specs.values():
-            spec.batch = None
-        self._buffered = 0
-        self._buffered_bytes = 0
 
     # --- close --------------------------------------------------------------------------
 
@@ -1091,6 +1202,11 @@ class LedgerWriter:
 
     def _release(self) -> None:
         self._closed = True
+        self._join_job()
+        self._job = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._archive is not None:
             self._archive.close()
         if self._conn is not None:
