@@ -70,11 +70,12 @@ static inline void store_cvs(const vec cv[8], uint8_t *out) {
     }
 }
 
+#define LANES_KERNELS capsem_blake3_avx2_kernels
 #include "blake3_lanes.h"
 
 const capsem_blake3_kernels capsem_blake3_avx2_kernels = {
     .name = "avx2",
     .compress = row_compress,
     .hash_strided = lanes_hash_strided,
-    .hash_small = lanes_hash_small,
+    .hash_short = lanes_hash_short,
 };

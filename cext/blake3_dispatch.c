@@ -152,9 +152,21 @@ static void hash_strided(const kernels_t *k, const uint8_t *base, size_t stride,
     }
 }
 
+/* The top node over n >= 2 CVs in a row (overwritten): one level of parents at a time,
+ * pairs from the left, an odd last CV rising unchanged, which is BLAKE3's left-full tree. */
+static void top_of_cvs(const kernels_t *k, uint8_t *cvs, size_t n, const uint32_t key[8], uint32_t flags,
+                       node_t *top) {
+    while (n > 2) {
+        size_t pairs = n / 2;
+        hash_strided(k, cvs, 64, pairs, 1, key, 0, 0, flags | PARENT, 0, 0, cvs);
+        if (n & 1) memmove(cvs + 32 * pairs, cvs + 32 * (n - 1), 32);
+        n = pairs + (n & 1);
+    }
+    parent_node(cvs, key, flags, top);
+}
+
 /* The top node of the tree over in[0 .. len), whose first chunk is number counter, for at
- * most SUBTREE_CHUNKS chunks: every chunk CV at once, then one level of parents at a time
- * (pairs from the left, an odd last CV rising unchanged, which is BLAKE3's left-full tree). */
+ * most SUBTREE_CHUNKS chunks: every chunk CV at once, then the parents above them. */
 static void subtree_node(const kernels_t *k, const uint8_t *in, size_t len, const uint32_t key[8], uint64_t counter,
                          uint32_t flags, node_t *top) {
     if (len <= CHUNK_LEN) {
@@ -170,13 +182,13 @@ static void subtree_node(const kernels_t *k, const uint8_t *in, size_t len, cons
         node_cv(k, &last, cvs + 32 * n);
         n++;
     }
-    while (n > 2) {
-        size_t pairs = n / 2;
-        hash_strided(k, cvs, 64, pairs, 1, key, 0, 0, flags | PARENT, 0, 0, cvs);
-        if (n & 1) memmove(cvs + 32 * pairs, cvs + 32 * (n - 1), 32);
-        n = pairs + (n & 1);
-    }
-    parent_node(cvs, key, flags, top);
+    top_of_cvs(k, cvs, n, key, flags, top);
+}
+
+void capsem_blake3_root_from_cvs(const kernels_t *k, uint8_t *cvs, size_t n, uint8_t out[32]) {
+    node_t top;
+    top_of_cvs(k, cvs, n, CAPSEM_BLAKE3_IV, 0, &top);
+    node_root(k, &top, out, 32);
 }
 
 /* ---- the chaining-value stack (incremental hasher) ---------------------------------- */
@@ -348,11 +360,11 @@ void capsem_blake3_hash(const void *input, size_t input_len, uint8_t out[CAPSEM_
 void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
                              size_t n, uint8_t *out) {
     const kernels_t *k = kernels();
-    /* The lanes take the inputs of one chunk or less (the common body); longer ones are
-     * hashed one at a time, each with its chunks in parallel. */
-    if (k->hash_small) k->hash_small(base, offsets, lengths, n, out);
+    /* The lanes take the short inputs together (bodies of one chunk or less are the common
+     * case); longer ones are hashed one at a time, each with its own chunks in lanes. */
+    if (k->hash_short) k->hash_short(base, offsets, lengths, n, out);
     for (size_t i = 0; i < n; i++) {
-        if (k->hash_small && lengths[i] <= CHUNK_LEN) continue;
+        if (k->hash_short && lengths[i] <= (uint64_t)CAPSEM_BLAKE3_SHORT_CHUNKS * CHUNK_LEN) continue;
         hash_oneshot(k, base + offsets[i], (size_t)lengths[i], CAPSEM_BLAKE3_IV, 0, out + 32 * i, 32);
     }
 }

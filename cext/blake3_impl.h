@@ -40,6 +40,10 @@ static inline void capsem_blake3_store32(uint8_t *p, uint32_t w) {
     p[0] = (uint8_t)w; p[1] = (uint8_t)(w >> 8); p[2] = (uint8_t)(w >> 16); p[3] = (uint8_t)(w >> 24);
 }
 
+/* Inputs up to this many chunks go through a level's hash_short (lanes across inputs);
+ * longer ones are hashed one at a time, with their own chunks in lanes. */
+#define CAPSEM_BLAKE3_SHORT_CHUNKS 16
+
 /* What one SIMD level provides. The dispatcher owns the tree; a level only compresses. */
 typedef struct {
     const char *name;
@@ -54,15 +58,20 @@ typedef struct {
     size_t (*hash_strided)(const uint8_t *base, size_t stride, size_t n, size_t nblocks, const uint32_t key[8],
                            uint64_t counter, uint64_t counter_step, uint32_t flags, uint32_t flags_start,
                            uint32_t flags_end, uint8_t *out);
-    /* capsem_blake3_hash_many restricted to the inputs of at most one chunk (it skips the
-     * others, which the dispatcher hashes one at a time). NULL: no lane kernel. */
-    void (*hash_small)(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths, size_t n,
+    /* capsem_blake3_hash_many restricted to the inputs of at most CAPSEM_BLAKE3_SHORT_CHUNKS
+     * chunks (it skips the others, which the dispatcher hashes one at a time). NULL: none. */
+    void (*hash_short)(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths, size_t n,
                        uint8_t *out);
 } capsem_blake3_kernels;
 
 extern const capsem_blake3_kernels capsem_blake3_portable_kernels;
 extern const capsem_blake3_kernels capsem_blake3_sse41_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx2_kernels;
+
+/* The 32-byte hash-mode digest of an input whose n >= 2 chunk CVs are cvs (overwritten):
+ * its parents level by level, the last one as the root. For kernels that hash the chunks of
+ * several inputs together. */
+void capsem_blake3_root_from_cvs(const capsem_blake3_kernels *k, uint8_t *cvs, size_t n, uint8_t out[32]);
 
 void capsem_blake3_compress_portable(const uint32_t cv[8], const uint8_t block[CAPSEM_BLAKE3_BLOCK_LEN],
                                      uint32_t block_len, uint64_t counter, uint32_t flags, uint32_t out[16]);

@@ -6,6 +6,7 @@
  *   v_add v_xor v_set1 v_load v_store v_rot16 v_rot12 v_rot8 v_rot7
  *   load_msg(blocks, off, m)   m[w] = word w of the block at blocks[lane] + off, per lane
  *   store_cvs(cv, out)         lane j's 8 CV words to out + 32 * j, for every lane
+ *   LANES_KERNELS          the level's own kernel table (declared in blake3_impl.h)
  *
  * "Lanes" run one compression per lane side by side (chunks of one input, parent nodes,
  * or different small inputs); "rows" run one compression with the state's four rows in
@@ -93,79 +94,140 @@ static size_t lanes_hash_strided(const uint8_t *base, size_t stride, size_t n, s
     return done;
 }
 
-/* Many small inputs (at most one chunk each, hash mode: every one is a root chunk with
- * counter 0). Each lane walks its own input block by block and takes the next input as soon
- * as it finishes, so inputs of any mix of lengths keep the lanes busy without sorting. */
+/* Many short inputs (up to CAPSEM_BLAKE3_SHORT_CHUNKS chunks each, hash mode). The work is
+ * a stream of chunks, input after input; each lane walks one chunk block by block and takes
+ * the next chunk of the stream as soon as it finishes, so inputs of any mix of lengths keep
+ * the lanes busy without sorting. A one-chunk input is its own root (the common body); the
+ * chunk CVs of a longer one wait in a slot until its last chunk is done, then its parents
+ * are compressed one after another. */
+#define SHORT_IDLE (-2)
+#define SHORT_ROOT (-1)
+
+typedef struct {
+    uint8_t cvs[CAPSEM_BLAKE3_SHORT_CHUNKS * 32];
+    size_t pending; /* chunks not yet done; 0: the slot is free */
+    size_t chunks;
+    uint8_t *dst;
+} short_slot;
+
 typedef struct {
     const uint8_t *base;
     const uint64_t *offsets, *lengths;
     size_t n, next;
     uint8_t *out;
+    /* the input whose chunks are being handed out */
+    const uint8_t *cur_src;
+    size_t cur_len, cur_chunk, cur_chunks;
+    int cur_slot;
+    /* per lane: the chunk it walks */
     const uint8_t *src[LANES];
     size_t left[LANES];
-    uint8_t *dst[LANES]; /* NULL: the lane is idle */
-    uint32_t start[LANES];
+    uint8_t *dst[LANES];
+    int slot[LANES]; /* SHORT_IDLE, SHORT_ROOT (a one-chunk input), or the slot of its input */
+    _Alignas(32) uint32_t start[LANES], chunk[LANES];
     _Alignas(32) uint32_t cv[8][LANES]; /* word-major, so each row loads as one vector */
-} small_lanes;
+    short_slot slots[LANES];
+} short_lanes;
 
-static int small_take(small_lanes *s, size_t j) {
-    while (s->next < s->n && s->lengths[s->next] > CAPSEM_BLAKE3_CHUNK_LEN) s->next++;
-    if (s->next == s->n) {
-        s->dst[j] = NULL;
-        return 0;
+static const size_t SHORT_MAX_LEN = (size_t)CAPSEM_BLAKE3_SHORT_CHUNKS * CAPSEM_BLAKE3_CHUNK_LEN;
+
+/* Gives lane j the next chunk of the stream; 0 when the stream is over. */
+static int short_take(short_lanes *s, size_t j) {
+    if (s->cur_chunk == s->cur_chunks) {
+        while (s->next < s->n && s->lengths[s->next] > SHORT_MAX_LEN) s->next++;
+        if (s->next == s->n) {
+            s->slot[j] = SHORT_IDLE;
+            return 0;
+        }
+        size_t i = s->next++;
+        s->cur_src = s->base + s->offsets[i];
+        s->cur_len = (size_t)s->lengths[i];
+        s->cur_chunk = 0;
+        s->cur_chunks = s->cur_len <= CAPSEM_BLAKE3_CHUNK_LEN ? 1 : (s->cur_len + CAPSEM_BLAKE3_CHUNK_LEN - 1) / CAPSEM_BLAKE3_CHUNK_LEN;
+        s->cur_slot = SHORT_ROOT;
+        if (s->cur_chunks == 1) {
+            s->dst[j] = s->out + 32 * i;
+        } else {
+            /* Inputs in flight each hold a lane other than j: a slot is free. */
+            int k = 0;
+            while (s->slots[k].pending) k++;
+            s->slots[k].pending = s->slots[k].chunks = s->cur_chunks;
+            s->slots[k].dst = s->out + 32 * i;
+            s->cur_slot = k;
+        }
     }
-    size_t i = s->next++;
-    s->src[j] = s->base + s->offsets[i];
-    s->left[j] = (size_t)s->lengths[i];
-    s->dst[j] = s->out + 32 * i;
+    size_t c = s->cur_chunk++;
+    size_t offset = c * CAPSEM_BLAKE3_CHUNK_LEN, rest = s->cur_len - offset;
+    s->src[j] = s->cur_src + offset;
+    s->left[j] = rest < CAPSEM_BLAKE3_CHUNK_LEN ? rest : CAPSEM_BLAKE3_CHUNK_LEN;
+    s->slot[j] = s->cur_slot;
+    s->chunk[j] = (uint32_t)c;
     s->start[j] = CHUNK_START;
     for (int w = 0; w < 8; w++) s->cv[w][j] = CAPSEM_BLAKE3_IV[w];
     return 1;
 }
 
-static void lanes_hash_small(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths, size_t n,
+/* Lane j's chunk is done: its CV is the digest, or joins its input's slot. */
+static void short_done(short_lanes *s, size_t j) {
+    uint8_t *to = s->slot[j] == SHORT_ROOT ? s->dst[j] : s->slots[s->slot[j]].cvs + 32 * s->chunk[j];
+    for (int w = 0; w < 8; w++) capsem_blake3_store32(to + 4 * w, s->cv[w][j]);
+    if (s->slot[j] != SHORT_ROOT) {
+        short_slot *slot = &s->slots[s->slot[j]];
+        if (--slot->pending == 0) capsem_blake3_root_from_cvs(&LANES_KERNELS, slot->cvs, slot->chunks, slot->dst);
+    }
+}
+
+static void lanes_hash_short(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths, size_t n,
                              uint8_t *out) {
     static const uint8_t zero_block[CAPSEM_BLAKE3_BLOCK_LEN];
-    small_lanes s = {.base = base, .offsets = offsets, .lengths = lengths, .n = n, .next = 0, .out = out};
+    short_lanes s;
+    s.base = base;
+    s.offsets = offsets;
+    s.lengths = lengths;
+    s.n = n;
+    s.next = 0;
+    s.out = out;
+    s.cur_chunk = s.cur_chunks = 0;
+    for (size_t k = 0; k < LANES; k++) s.slots[k].pending = 0;
     _Alignas(32) uint8_t pad[LANES][CAPSEM_BLAKE3_BLOCK_LEN];
     _Alignas(32) uint32_t block_len[LANES], flags[LANES];
     const uint8_t *blocks[LANES];
     size_t busy = 0;
-    for (size_t j = 0; j < LANES; j++) busy += (size_t)small_take(&s, j);
+    for (size_t j = 0; j < LANES; j++) busy += (size_t)short_take(&s, j);
     while (busy > 0) {
         for (size_t j = 0; j < LANES; j++) {
-            if (!s.dst[j]) {
+            uint32_t end = CHUNK_END | (s.slot[j] == SHORT_ROOT ? ROOT : 0);
+            if (s.slot[j] == SHORT_IDLE) {
                 blocks[j] = zero_block;
                 block_len[j] = 0;
                 flags[j] = 0;
             } else if (s.left[j] >= CAPSEM_BLAKE3_BLOCK_LEN) {
                 blocks[j] = s.src[j];
                 block_len[j] = CAPSEM_BLAKE3_BLOCK_LEN;
-                flags[j] = s.start[j] | (s.left[j] == CAPSEM_BLAKE3_BLOCK_LEN ? CHUNK_END | ROOT : 0);
+                flags[j] = s.start[j] | (s.left[j] == CAPSEM_BLAKE3_BLOCK_LEN ? end : 0);
             } else {
                 /* Zero-padded: never read past the input. */
                 memset(pad[j], 0, sizeof pad[j]);
                 if (s.left[j]) memcpy(pad[j], s.src[j], s.left[j]);
                 blocks[j] = pad[j];
                 block_len[j] = (uint32_t)s.left[j];
-                flags[j] = s.start[j] | CHUNK_END | ROOT;
+                flags[j] = s.start[j] | end;
             }
         }
         vec cv[8], m[16];
         for (int w = 0; w < 8; w++) cv[w] = v_load(s.cv[w]);
         load_msg(blocks, 0, m);
-        lanes_compress(cv, m, v_set1(0), v_set1(0), v_load(block_len), v_load(flags));
+        lanes_compress(cv, m, v_load(s.chunk), v_set1(0), v_load(block_len), v_load(flags));
         for (int w = 0; w < 8; w++) v_store(s.cv[w], cv[w]);
         for (size_t j = 0; j < LANES; j++) {
-            if (!s.dst[j]) continue;
+            if (s.slot[j] == SHORT_IDLE) continue;
             if (s.left[j] > CAPSEM_BLAKE3_BLOCK_LEN) {
                 s.src[j] += CAPSEM_BLAKE3_BLOCK_LEN;
                 s.left[j] -= CAPSEM_BLAKE3_BLOCK_LEN;
                 s.start[j] = 0;
             } else {
-                /* A root's first 32 output bytes are its CV words. */
-                for (int w = 0; w < 8; w++) capsem_blake3_store32(s.dst[j] + 4 * w, s.cv[w][j]);
-                busy -= 1 - (size_t)small_take(&s, j);
+                short_done(&s, j);
+                busy -= 1 - (size_t)short_take(&s, j);
             }
         }
     }

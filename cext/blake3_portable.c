@@ -40,5 +40,5 @@ const capsem_blake3_kernels capsem_blake3_portable_kernels = {
     .name = "portable",
     .compress = capsem_blake3_compress_portable,
     .hash_strided = NULL,
-    .hash_small = NULL,
+    .hash_short = NULL,
 };

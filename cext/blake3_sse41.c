@@ -57,11 +57,12 @@ static inline void store_cvs(const vec cv[8], uint8_t *out) {
     }
 }
 
+#define LANES_KERNELS capsem_blake3_sse41_kernels
 #include "blake3_lanes.h"
 
 const capsem_blake3_kernels capsem_blake3_sse41_kernels = {
     .name = "sse41",
     .compress = row_compress,
     .hash_strided = lanes_hash_strided,
-    .hash_small = lanes_hash_small,
+    .hash_short = lanes_hash_short,
 };
