@@ -50,30 +50,40 @@ class _Cursor:
 class DoctorArchive:
     """The doctor's ``SessionArchive``: one query per body, the archive reopened to inflate.
 
-    The doctor also reopens session.db for every body; this keeps one connection, which
-    only makes the baseline faster (so the ratio against it is conservative).
+    Like the doctor, it opens session.db read-only for every body (``reopen_db=True``, the
+    default); ``reopen_db=False`` keeps one connection, a faster variant of the same approach.
     """
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, *, reopen_db: bool = True) -> None:
         self.db_path = Path(db_path)
         self.archive = self.db_path.with_suffix(".bodies")
         with open(self.archive, "rb") as f:
             head = f.read(16)
         if len(head) != 16 or head[:8] != FILE_MAGIC or struct.unpack_from("<H", head, 8)[0] != 2:
             raise DoctorError(f"{self.archive} is not a capsem body archive")
-        self._db = sqlite3.connect("file:" + urllib.parse.quote(str(self.db_path.absolute())) + "?mode=ro",
-                                   uri=True)
+        self._uri = "file:" + urllib.parse.quote(str(self.db_path.absolute())) + "?mode=ro"
+        self._reopen_db = reopen_db
+        self._db = None if reopen_db else sqlite3.connect(self._uri, uri=True)
         self._cursor: _Cursor | None = None
         self.segments_inflated = 0
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+
+    def _row(self, key: tuple[str, str, str]) -> tuple | None:
+        sql = ("SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+               "WHERE event_id = ? AND source_table = ? AND direction = ?")
+        if self._db is not None:
+            return self._db.execute(sql, key).fetchone()
+        conn = sqlite3.connect(self._uri, uri=True)
+        try:
+            return conn.execute(sql, key).fetchone()
+        finally:
+            conn.close()
 
     def read(self, event_id: str, source_table: str, direction: str) -> bytes | None:
-        row = self._db.execute(
-            "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
-            "WHERE event_id = ? AND source_table = ? AND direction = ?",
-            (event_id, source_table, direction)).fetchone()
+        row = self._row((event_id, source_table, direction))
         if row is None:
             return None
         block_offset, offset, length, body_hash = row
@@ -158,7 +168,7 @@ class DoctorVerifyResult:
     seconds: float
 
 
-def doctor_verify_bodies(db_path: Path, limit: int | None = None) -> DoctorVerifyResult:
+def doctor_verify_bodies(db_path: Path, limit: int | None = None, *, reopen_db: bool = True) -> DoctorVerifyResult:
     """Read every body (or the first ``limit`` in archive order) back the doctor's way."""
     db_path = Path(db_path)
     start = time.perf_counter()
@@ -170,7 +180,7 @@ def doctor_verify_bodies(db_path: Path, limit: int | None = None) -> DoctorVerif
                             (limit,) if limit is not None else ()).fetchall()
     finally:
         conn.close()
-    archive = DoctorArchive(db_path)
+    archive = DoctorArchive(db_path, reopen_db=reopen_db)
     failures: list[str] = []
     try:
         for event_id, source_table, direction in keys:
@@ -189,8 +199,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="verify bodies the doctor's way (a benchmark baseline)")
     parser.add_argument("db", type=Path)
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--one-connection", action="store_true", help="keep one session.db connection")
     args = parser.parse_args()
-    result = doctor_verify_bodies(args.db, args.limit)
+    result = doctor_verify_bodies(args.db, args.limit, reopen_db=not args.one_connection)
     print(f"{result.verified}/{result.bodies} bodies verified in {result.seconds:.3f} s "
           f"({result.bodies / max(result.seconds, 1e-9):,.0f} bodies/s); {len(result.failures)} failures")
     for line in result.failures[:5]:
