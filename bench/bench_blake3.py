@@ -3,7 +3,8 @@
 One input of 64 B, 1 KiB, 64 KiB and 1 MiB through ``_blake3.digest`` at the best SIMD level
 and at the portable level, against ``blake3.blake3(x).digest()``; and 100,000 bodies of
 100-300 bytes through ``_blake3.hash_many`` against a Python loop over the package, which is
-what hashing bodies costs without a many-input entry point.
+what hashing bodies costs without a many-input entry point; the same for 10,000 bodies of
+1-16 KiB (a few chunks each, which hash_many also runs across the lanes).
 
 Run: ``python3 -m pytest bench/bench_blake3.py -q`` (bench/conftest.py prints each group's
 speed relative to the package after the table).
@@ -21,7 +22,8 @@ from capsem_core import _blake3
 
 BEST = _blake3.available_levels()[-1]
 SIZES = {"64 B": 64, "1 KiB": 1024, "64 KiB": 64 * 1024, "1 MiB": 1024 * 1024}
-BODIES = 100_000
+# (count, shortest, longest): the common small body, and bodies of a few chunks.
+BODY_SETS = {"100-300 B": (100_000, 100, 300), "1-16 KiB": (10_000, 1025, 16 * 1024)}
 
 
 @pytest.fixture
@@ -31,15 +33,16 @@ def at_level() -> Iterator[Callable[[str], None]]:
     _blake3.set_simd_level(before)
 
 
-@pytest.fixture(scope="module")
-def bodies() -> tuple[bytes, np.ndarray, np.ndarray, list[bytes]]:
+@pytest.fixture(scope="module", params=list(BODY_SETS))
+def bodies(request: pytest.FixtureRequest) -> tuple[str, bytes, np.ndarray, np.ndarray, list[bytes]]:
+    count, shortest, longest = BODY_SETS[request.param]
     rng = np.random.default_rng(20240611)
-    lengths = rng.integers(100, 301, BODIES).astype(np.uint64)
+    lengths = rng.integers(shortest, longest + 1, count).astype(np.uint64)
     offsets = np.zeros_like(lengths)
     offsets[1:] = np.cumsum(lengths)[:-1]
     buf = rng.integers(0, 256, int(lengths.sum()), dtype=np.uint8).tobytes()
     pieces = [buf[o : o + n] for o, n in zip(offsets.tolist(), lengths.tolist())]
-    return buf, offsets, lengths, pieces
+    return f"{count} bodies of {request.param}", buf, offsets, lengths, pieces
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -58,8 +61,8 @@ def test_one_input(benchmark, at_level, size: str, who: str) -> None:
 
 @pytest.mark.parametrize("who", ["package loop", f"ours hash_many {BEST}", "ours hash_many portable"])
 def test_many_bodies(benchmark, at_level, bodies, who: str) -> None:
-    buf, offsets, lengths, pieces = bodies
-    benchmark.group = f"blake3 {BODIES} bodies of 100-300 B"
+    name, buf, offsets, lengths, pieces = bodies
+    benchmark.group = f"blake3 {name}"
     if who == "package loop":
         benchmark.extra_info["baseline"] = True
         rows = benchmark(lambda: [blake3.blake3(p).digest() for p in pieces])
