@@ -11,6 +11,7 @@ import os
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc
 
 from capsem_core import format as _fmt
 
@@ -43,6 +44,20 @@ cdef extern from "index_scan.h" nogil:
     int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap,
                                  size_t *filled, int *done, char *err, size_t errlen)
     int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
+    int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty,
+                                  char *err, size_t errlen)
+    int CAPSEM_INDEX_MAX_RANGES
+    ctypedef struct capsem_body_range:
+        int64_t lo
+        int64_t hi
+        size_t start
+        size_t cap
+        size_t filled
+        int overflow
+        int rc
+        char err[256]
+    int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+                                      capsem_body_range *ranges, int n)
 
 
 def sqlite_version():
@@ -98,31 +113,46 @@ cdef dict _grow(dict arrays, size_t cap):
     return {k: np.concatenate([v, np.zeros((cap - v.shape[0],) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
 
 
-def scan_bodies(db_path):
-    """Every event_body_blobs row in archive order as arrays: id, block_offset, body_offset,
-    body_len (int64), digest ((n, 32) uint8, decoded from body_hash) and hash_ok (bool:
-    False where body_hash is not "blake3:" + 64 lower-case hex digits)."""
-    cdef _Scan scan = _Scan(db_path)
+# A range of fewer rows than this is not worth a thread and a connection of its own.
+PARALLEL_MIN_ROWS = 1 << 15
+
+
+def _cores():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+cdef dict _body_arrays(size_t cap):
+    # np.empty: every slot that is kept is written by the scan.
+    return {"id": np.empty(cap, np.int64), "block_offset": np.empty(cap, np.int64),
+            "body_offset": np.empty(cap, np.int64), "body_len": np.empty(cap, np.int64),
+            "digest": np.empty((cap, 32), np.uint8), "hash_ok": np.empty(cap, np.uint8)}
+
+
+cdef void _point(capsem_body_rows *rows, dict arrays):
+    cdef int64_t[::1] a_id = arrays["id"], a_blk = arrays["block_offset"]
+    cdef int64_t[::1] a_off = arrays["body_offset"], a_len = arrays["body_len"]
+    cdef uint8_t[:, ::1] a_dig = arrays["digest"]
+    cdef uint8_t[::1] a_ok = arrays["hash_ok"]
+    if a_id.shape[0] == 0:
+        return
+    rows.id = &a_id[0]; rows.block_offset = &a_blk[0]; rows.body_offset = &a_off[0]
+    rows.body_len = &a_len[0]; rows.digest = &a_dig[0, 0]; rows.hash_ok = &a_ok[0]
+
+
+cdef dict _scan_sequential(_Scan scan, size_t count):
+    """Every row on the scan's own connection, in rowid order."""
     # One slot more than COUNT(*) so the step that reports the end fits in the first pass.
-    cdef size_t cap = <size_t>scan.count(b"event_body_blobs") + 1
+    cdef size_t cap = count + 1
     cdef size_t filled = 0
     cdef int done = 0
     cdef int rc = 0
     cdef capsem_body_rows rows
-    cdef int64_t[::1] a_id, a_blk, a_off, a_len
-    cdef uint8_t[:, ::1] a_dig
-    cdef uint8_t[::1] a_ok
-    arrays = {
-        "id": np.zeros(cap, np.int64), "block_offset": np.zeros(cap, np.int64),
-        "body_offset": np.zeros(cap, np.int64), "body_len": np.zeros(cap, np.int64),
-        "digest": np.zeros((cap, 32), np.uint8), "hash_ok": np.zeros(cap, np.uint8),
-    }
+    arrays = _body_arrays(cap)
     while True:
-        a_id = arrays["id"]; a_blk = arrays["block_offset"]; a_off = arrays["body_offset"]
-        a_len = arrays["body_len"]; a_dig = arrays["digest"]; a_ok = arrays["hash_ok"]
-        if cap:
-            rows.id = &a_id[0]; rows.block_offset = &a_blk[0]; rows.body_offset = &a_off[0]
-            rows.body_len = &a_len[0]; rows.digest = &a_dig[0, 0]; rows.hash_ok = &a_ok[0]
+        _point(&rows, arrays)
         with nogil:
             rc = capsem_index_fill_bodies(scan.ix, &rows, filled, cap, &filled, &done, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
@@ -133,15 +163,92 @@ def scan_bodies(db_path):
         # transaction); grow geometrically rather than trust that.
         arrays = _grow(arrays, max(cap * 2, 1024))
         cap = arrays["id"].shape[0]
-    out = {k: v[:filled] for k, v in arrays.items()}
+    return {k: v[:filled] for k, v in arrays.items()}
+
+
+cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int n):
+    """Every row, by n rowid ranges scanned at once (see capsem_index_scan_body_ranges), in
+    rowid order; None when a range held more rows than the first snapshot allows (a writer
+    changed existing rows meanwhile: the caller then scans on one connection)."""
+    cdef capsem_body_range *ranges = <capsem_body_range *>malloc(n * sizeof(capsem_body_range))
+    cdef capsem_body_rows rows
+    cdef int rc = 0
+    cdef int k
+    cdef size_t total = 0
+    cdef bytes cpath = scan.cpath
+    cdef const char *p = cpath
+    if ranges == NULL:
+        raise MemoryError()
+    try:
+        span = int(hi) - int(lo) + 1
+        for k in range(n):
+            a = int(lo) + span * k // n
+            b = int(lo) + span * (k + 1) // n - 1
+            ranges[k].lo = a
+            ranges[k].hi = b
+            ranges[k].start = total
+            # A range holds at most one row per rowid, and at most COUNT(*) rows: sparse or
+            # hostile rowids cannot size the arrays beyond n * COUNT(*).
+            ranges[k].cap = <size_t>min(b - a + 1, count)
+            total += ranges[k].cap
+        arrays = _body_arrays(total)
+        _point(&rows, arrays)
+        with nogil:
+            rc = capsem_index_scan_body_ranges(scan.ix, p, &rows, ranges, n)
+        if rc != SQLITE_OK:
+            for k in range(n):
+                if ranges[k].rc != SQLITE_OK:
+                    raise _index_error(scan.path, b"read", ranges[k].err)
+        for k in range(n):
+            if ranges[k].overflow:
+                return None
+        if all(ranges[k].filled == ranges[k].cap for k in range(n)):
+            return arrays
+        keep = np.concatenate([np.arange(ranges[k].start, ranges[k].start + ranges[k].filled, dtype=np.intp)
+                               for k in range(n)])
+        return {key: np.take(v, keep, axis=0) for key, v in arrays.items()}
+    finally:
+        free(ranges)
+
+
+def scan_bodies(db_path, *, int threads=0):
+    """Every event_body_blobs row in archive order as arrays: id, block_offset, body_offset,
+    body_len (int64), digest ((n, 32) uint8, decoded from body_hash) and hash_ok (bool:
+    False where body_hash is not "blake3:" + 64 lower-case hex digits).
+
+    threads: how many rowid ranges to scan at once, each on its own thread and read-only
+    connection (0: one per core; ranges under PARALLEL_MIN_ROWS rows are not split off).
+    The first connection's read transaction fixes the row count and the rowid bounds and
+    stays open throughout; the others read rows with rowids within those bounds. A ledger's
+    body index is append-only (new rows take larger rowids), so every range reads the
+    first snapshot's rows; if a range ever holds more rows than that snapshot allows, the
+    scan is redone on the first connection alone."""
+    cdef _Scan scan = _Scan(db_path)
+    cdef size_t count = <size_t>scan.count(b"event_body_blobs")
+    cdef int64_t lo = 0, hi = 0
+    cdef int empty = 0
+    cdef int rc = 0
+    cdef int n = threads if threads > 0 else _cores()
+    n = min(n, CAPSEM_INDEX_MAX_RANGES, max(1, <int>(count // PARALLEL_MIN_ROWS)))
+    out = None
+    if n > 1:
+        with nogil:
+            rc = capsem_index_rowid_bounds(scan.ix, b"event_body_blobs", &lo, &hi, &empty, scan.err, sizeof(scan.err))
+        if rc != SQLITE_OK:
+            raise _index_error(scan.path, b"read", scan.err)
+        if not empty:
+            out = _scan_parallel(scan, count, lo, hi, n)
+    if out is None:
+        out = _scan_sequential(scan, count)
     out["hash_ok"] = out["hash_ok"].view(np.bool_)
     return _archive_order(out)
 
 
 def _archive_order(dict rows):
     """Rows sorted by (block_offset, body_offset, id). They arrive in rowid order, which for a
-    ledger written append-only is already archive order but for rows that reuse an earlier
-    span; a stable sort on one packed key is then close to a linear pass."""
+    ledger written append-only is close to archive order (rows that reuse an earlier span,
+    and rows written in another order than their bodies were staged, are not); a stable sort
+    on one packed key is then close to a linear pass."""
     blk, off, ids = rows["block_offset"], rows["body_offset"], rows["id"]
     n = blk.shape[0]
     if n < 2:
@@ -154,7 +261,7 @@ def _archive_order(dict rows):
         order = np.argsort(key, kind="stable")
     else:
         order = np.lexsort((ids, off, blk))
-    return {k: v[order] for k, v in rows.items()}
+    return {k: np.take(v, order, axis=0) for k, v in rows.items()}
 
 
 def scan_blocks(db_path):

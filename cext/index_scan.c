@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 
 #include "index_scan.h"
@@ -18,6 +19,25 @@ static void copy_err(sqlite3 *db, int rc, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 }
 
+/* A read-only connection (no URI parsing: the path is a path, whatever characters it holds)
+ * inside a read transaction. *db is set either way (close it). */
+static int open_reader(const char *path, sqlite3 **db, char *err, size_t errlen) {
+    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout(*db, 5000);
+        rc = sqlite3_exec(*db, "BEGIN", NULL, NULL, NULL);
+    }
+    if (rc != SQLITE_OK) copy_err(*db, rc, err, errlen);
+    return rc;
+}
+
+static void close_reader(sqlite3 *db, sqlite3_stmt *st, int in_txn) {
+    if (st) sqlite3_finalize(st);
+    if (!db) return;
+    if (in_txn) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close_v2(db);
+}
+
 int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen) {
     capsem_index *ix = calloc(1, sizeof *ix);
     *out = ix;
@@ -25,29 +45,14 @@ int capsem_index_open(const char *path, capsem_index **out, char *err, size_t er
         snprintf(err, errlen, "out of memory");
         return SQLITE_NOMEM;
     }
-    /* No URI parsing: the path is a path, whatever characters it holds. */
-    int rc = sqlite3_open_v2(path, &ix->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        copy_err(ix->db, rc, err, errlen);
-        return rc;
-    }
-    sqlite3_busy_timeout(ix->db, 5000);
-    rc = sqlite3_exec(ix->db, "BEGIN", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        copy_err(ix->db, rc, err, errlen);
-        return rc;
-    }
-    ix->in_txn = 1;
-    return SQLITE_OK;
+    int rc = open_reader(path, &ix->db, err, errlen);
+    ix->in_txn = rc == SQLITE_OK;
+    return rc;
 }
 
 void capsem_index_close(capsem_index *ix) {
     if (!ix) return;
-    if (ix->stmt) sqlite3_finalize(ix->stmt);
-    if (ix->db) {
-        if (ix->in_txn) sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
-        sqlite3_close_v2(ix->db);
-    }
+    close_reader(ix->db, ix->stmt, ix->in_txn);
     free(ix);
 }
 
@@ -68,29 +73,39 @@ int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *er
     return rc;
 }
 
-/* Hex digit values, 0xFF for anything else (upper case included: Capsem writes lower case
- * and compares the text, so "ABC..." would not match either). */
-static uint8_t hex_table[256];
-static int hex_ready;
+/* The byte of every two-character hex pair, indexed by the pair's two bytes (first byte
+ * low), or 0x100 when either is not a lower-case hex digit (upper case included: Capsem
+ * writes lower case and compares the text, so "ABC..." would not match either). One lookup
+ * per output byte; the pairs in use touch a few dozen cache lines of the 128 KiB table. */
+static uint16_t hex_pairs[1 << 16];
+static pthread_once_t hex_once = PTHREAD_ONCE_INIT;
+
+static int hex_digit(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
 
 static void hex_init(void) {
-    memset(hex_table, 0xFF, sizeof hex_table);
-    for (int c = 0; c < 10; c++) hex_table['0' + c] = (uint8_t)c;
-    for (int c = 0; c < 6; c++) hex_table['a' + c] = (uint8_t)(10 + c);
-    hex_ready = 1;
+    for (int a = 0; a < 256; a++) {
+        for (int b = 0; b < 256; b++) {
+            int hi = hex_digit(a), lo = hex_digit(b);
+            hex_pairs[a | b << 8] = (uint16_t)(hi < 0 || lo < 0 ? 0x100 : hi << 4 | lo);
+        }
+    }
 }
 
 int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t out[32]) {
-    if (!hex_ready) hex_init(); /* idempotent: racing initialisers write the same bytes */
+    pthread_once(&hex_once, hex_init);
     if (!text || len != 71 || memcmp(text, "blake3:", 7) != 0) return 0;
     const unsigned char *h = text + 7;
-    uint8_t bad = 0;
+    uint16_t bad = 0;
     for (int i = 0; i < 32; i++) {
-        uint8_t hi = hex_table[h[2 * i]], lo = hex_table[h[2 * i + 1]];
-        bad |= (hi | lo) & 0xF0;
-        out[i] = (uint8_t)(hi << 4 | (lo & 0x0F));
+        uint16_t v = hex_pairs[h[2 * i] | h[2 * i + 1] << 8];
+        bad |= v;
+        out[i] = (uint8_t)v;
     }
-    return !bad;
+    return !(bad & 0x100);
 }
 
 static int prepare(capsem_index *ix, const char *sql, char *err, size_t errlen) {
@@ -100,14 +115,42 @@ static int prepare(capsem_index *ix, const char *sql, char *err, size_t errlen) 
     return rc;
 }
 
-/* SQLITE_ROW, or SQLITE_OK with *done set at the end, or an error copied to err. */
-static int step(capsem_index *ix, int *done, char *err, size_t errlen) {
-    int rc = sqlite3_step(ix->stmt);
+/* The body columns in record order (body_hash is stored before the offsets), so SQLite
+ * decodes each record's header once and walks it forward. */
+#define BODY_COLUMNS "SELECT id, body_hash, block_offset, body_offset, body_len FROM event_body_blobs"
+
+/* Steps st into rows [start, cap). Returns SQLITE_OK with *done set at the end of the
+ * statement, SQLITE_OK with *done clear when cap was reached first, or an error (copied). */
+static int fill_bodies(sqlite3 *db, sqlite3_stmt *st, capsem_body_rows *r, size_t start, size_t cap, size_t *filled,
+                       int *done, char *err, size_t errlen) {
+    size_t i = start;
+    int rc = SQLITE_OK;
+    *done = 0;
+    while (i < cap) {
+        rc = sqlite3_step(st);
+        if (rc != SQLITE_ROW) break;
+        r->id[i] = sqlite3_column_int64(st, 0);
+        /* The TEXT's bytes as stored: no terminator added, no copy (blob access to a TEXT
+         * value returns it unconverted). Anything but TEXT is malformed, as in Capsem. */
+        int ok = 0;
+        if (sqlite3_column_type(st, 1) == SQLITE_TEXT) {
+            const unsigned char *text = sqlite3_column_blob(st, 1);
+            ok = capsem_parse_body_hash(text, sqlite3_column_bytes(st, 1), r->digest + 32 * i);
+        }
+        if (!ok) memset(r->digest + 32 * i, 0, 32);
+        r->hash_ok[i] = (uint8_t)ok;
+        r->block_offset[i] = sqlite3_column_int64(st, 2);
+        r->body_offset[i] = sqlite3_column_int64(st, 3);
+        r->body_len[i] = sqlite3_column_int64(st, 4);
+        i++;
+    }
+    *filled = i;
+    if (i == cap) return SQLITE_OK; /* cap reached (the statement may hold more) */
     if (rc == SQLITE_DONE) {
         *done = 1;
         return SQLITE_OK;
     }
-    if (rc != SQLITE_ROW) copy_err(ix->db, rc, err, errlen);
+    copy_err(db, rc, err, errlen);
     return rc;
 }
 
@@ -115,25 +158,107 @@ int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *r, size_t start
                              int *done, char *err, size_t errlen) {
     *done = 0;
     *filled = start;
-    int rc = prepare(ix,
-                     "SELECT id, block_offset, body_offset, body_len, body_hash FROM event_body_blobs",
-                     err, errlen);
+    int rc = prepare(ix, BODY_COLUMNS, err, errlen);
     if (rc != SQLITE_OK) return rc;
-    size_t i = start;
-    while (i < cap && (rc = step(ix, done, err, errlen)) == SQLITE_ROW) {
-        r->id[i] = sqlite3_column_int64(ix->stmt, 0);
-        r->block_offset[i] = sqlite3_column_int64(ix->stmt, 1);
-        r->body_offset[i] = sqlite3_column_int64(ix->stmt, 2);
-        r->body_len[i] = sqlite3_column_int64(ix->stmt, 3);
-        const unsigned char *text = sqlite3_column_text(ix->stmt, 4);
-        int len = sqlite3_column_bytes(ix->stmt, 4);
-        int ok = sqlite3_column_type(ix->stmt, 4) == SQLITE_TEXT && capsem_parse_body_hash(text, len, r->digest + 32 * i);
-        if (!ok) memset(r->digest + 32 * i, 0, 32);
-        r->hash_ok[i] = (uint8_t)ok;
-        i++;
+    return fill_bodies(ix->db, ix->stmt, r, start, cap, filled, done, err, errlen);
+}
+
+int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty, char *err,
+                              size_t errlen) {
+    /* Two statements: min() and max() of the rowid alone are each one b-tree descent; asked
+     * for together SQLite scans the table. */
+    const char *which[2] = {"min", "max"};
+    int64_t *out[2] = {lo, hi};
+    *empty = 0;
+    for (int k = 0; k < 2; k++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT %s(rowid) FROM %s", which[k], table);
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(ix->db, sql, -1, &st, NULL);
+        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (sqlite3_column_type(st, 0) == SQLITE_NULL) *empty = 1;
+            *out[k] = sqlite3_column_int64(st, 0);
+            rc = SQLITE_OK;
+        }
+        if (rc != SQLITE_OK) copy_err(ix->db, rc, err, errlen);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_OK) return rc;
     }
-    *filled = i;
-    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+    return SQLITE_OK;
+}
+
+/* One rowid range on a connection: range 0 uses the caller's, the others open their own. */
+typedef struct {
+    capsem_index *ix; /* NULL: open `path` */
+    const char *path;
+    capsem_body_rows *rows;
+    capsem_body_range *range;
+} range_job;
+
+static void *scan_range(void *arg) {
+    range_job *j = arg;
+    capsem_body_range *g = j->range;
+    sqlite3 *db = j->ix ? j->ix->db : NULL;
+    sqlite3_stmt *st = NULL;
+    int own = j->ix == NULL, in_txn = 0;
+    int rc = SQLITE_OK, done = 0;
+    g->filled = 0;
+    g->overflow = 0;
+    g->err[0] = 0;
+    if (own) {
+        rc = open_reader(j->path, &db, g->err, sizeof g->err);
+        in_txn = rc == SQLITE_OK;
+    }
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_prepare_v2(db, BODY_COLUMNS " WHERE id BETWEEN ?1 AND ?2", -1, &st, NULL);
+        if (rc != SQLITE_OK) copy_err(db, rc, g->err, sizeof g->err);
+    }
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, g->lo);
+        sqlite3_bind_int64(st, 2, g->hi);
+        size_t filled = g->start;
+        rc = fill_bodies(db, st, j->rows, g->start, g->start + g->cap, &filled, &done, g->err, sizeof g->err);
+        g->filled = filled - g->start;
+        /* A full range may still end exactly at cap: one more step tells. */
+        if (rc == SQLITE_OK && !done) {
+            int more = sqlite3_step(st);
+            if (more == SQLITE_ROW) g->overflow = 1;
+            else if (more != SQLITE_DONE) {
+                rc = more;
+                copy_err(db, rc, g->err, sizeof g->err);
+            }
+        }
+    }
+    if (own) close_reader(db, st, in_txn);
+    else if (st) sqlite3_finalize(st);
+    g->rc = rc;
+    return NULL;
+}
+
+int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+                                  capsem_body_range *ranges, int n) {
+    if (n < 1) return SQLITE_OK;
+    range_job jobs[CAPSEM_INDEX_MAX_RANGES];
+    pthread_t tids[CAPSEM_INDEX_MAX_RANGES];
+    int started[CAPSEM_INDEX_MAX_RANGES] = {0};
+    if (n > CAPSEM_INDEX_MAX_RANGES) n = CAPSEM_INDEX_MAX_RANGES;
+    for (int k = 0; k < n; k++) {
+        jobs[k] = (range_job){k == 0 ? ix : NULL, path, rows, &ranges[k]};
+        ranges[k].rc = SQLITE_OK;
+    }
+    /* Ranges 1.. on their own threads and connections; range 0 here, on the caller's
+     * connection, whose read transaction stays open meanwhile. A range whose thread cannot
+     * start runs here too. */
+    for (int k = 1; k < n; k++) started[k] = pthread_create(&tids[k], NULL, scan_range, &jobs[k]) == 0;
+    scan_range(&jobs[0]);
+    for (int k = 1; k < n; k++) {
+        if (started[k]) pthread_join(tids[k], NULL);
+        else scan_range(&jobs[k]);
+    }
+    for (int k = 0; k < n; k++) {
+        if (ranges[k].rc != SQLITE_OK) return ranges[k].rc;
+    }
+    return SQLITE_OK;
 }
 
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t start, size_t cap, size_t *filled,
@@ -144,12 +269,18 @@ int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t star
                      errlen);
     if (rc != SQLITE_OK) return rc;
     size_t i = start;
-    while (i < cap && (rc = step(ix, done, err, errlen)) == SQLITE_ROW) {
+    while (i < cap && (rc = sqlite3_step(ix->stmt)) == SQLITE_ROW) {
         r->block_offset[i] = sqlite3_column_int64(ix->stmt, 0);
         r->raw_len[i] = sqlite3_column_int64(ix->stmt, 1);
         r->disk_len[i] = sqlite3_column_int64(ix->stmt, 2);
         i++;
     }
     *filled = i;
-    return rc == SQLITE_ROW ? SQLITE_OK : rc;
+    if (i == cap) return SQLITE_OK;
+    if (rc == SQLITE_DONE) {
+        *done = 1;
+        return SQLITE_OK;
+    }
+    copy_err(ix->db, rc, err, errlen);
+    return rc;
 }

@@ -34,6 +34,30 @@ typedef struct {
  * count reached, *done 1 when the statement has no more rows. */
 int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen);
+/* Smallest and largest rowid of a table named by a fixed string; *empty when it has no rows. */
+int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty, char *err,
+                              size_t errlen);
+
+/* One slice of a parallel body scan: rows with rowid in [lo, hi] go to array slots
+ * [start, start + cap). filled is how many did; overflow is set when the range held more
+ * rows than cap (the caller then scans again on one connection). */
+#define CAPSEM_INDEX_MAX_RANGES 16
+typedef struct {
+    int64_t lo, hi;
+    size_t start, cap;
+    size_t filled;
+    int overflow;
+    int rc;
+    char err[256];
+} capsem_body_range;
+
+/* Scans n ranges at once: range 0 on ix (in the calling thread, inside ix's read
+ * transaction, which stays open throughout), each other range on its own thread with its
+ * own read-only connection to path. Returns SQLITE_OK or the first range's error (its
+ * message in that range's err). */
+int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+                                  capsem_body_range *ranges, int n);
+
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen);
 

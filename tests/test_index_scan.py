@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -130,3 +131,76 @@ def test_rows_whose_rowid_order_differs_from_archive_order_come_back_in_archive_
     got = _index.scan_bodies(db)
     assert got["id"].tolist() == [r[0] for r in _module_rows(db)]
     assert [fmt.body_hash_text(bytes(d)) for d in got["digest"]] == [r[4] for r in _module_rows(db)]
+
+
+def _same_arrays(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
+
+
+@pytest.fixture
+def ranges_of_any_size(monkeypatch):
+    # Split even a small index into ranges (the default keeps 32k rows per range).
+    monkeypatch.setattr(_index, "PARALLEL_MIN_ROWS", 1)
+
+
+def test_a_scan_split_into_rowid_ranges_returns_the_same_arrays_as_one_connection(tmp_path, ranges_of_any_size):
+    db = make_ledger(tmp_path, rows=60, seed=11)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE event_body_blobs SET body_offset = body_offset + 100000 WHERE id % 4 = 1")
+    con.commit()
+    con.close()
+    one = _index.scan_bodies(db, threads=1)
+    assert one["id"].tolist() == [r[0] for r in _module_rows(db)]
+    for threads in (2, 3, 7, 16, 64):
+        _same_arrays(_index.scan_bodies(db, threads=threads), one)
+
+
+def test_sparse_and_negative_rowids_split_into_ranges_still_come_back_whole(tmp_path, ranges_of_any_size):
+    # Rowids far apart (a hostile or hand-edited index): ranges are bounded by the row count,
+    # not by the rowid span, and the empty slots between them are dropped.
+    db = make_ledger(tmp_path, rows=10, seed=12)
+    con = sqlite3.connect(db)
+    ids = [r[0] for r in con.execute("SELECT id FROM event_body_blobs ORDER BY id")]
+    for new, old in zip([-(1 << 62), -3, 1000, 1 << 40, (1 << 63) - 1], ids):
+        con.execute("UPDATE event_body_blobs SET id = ? WHERE id = ?", (new, old))
+    con.execute("DELETE FROM event_body_blobs WHERE id = ?", (ids[7],))
+    con.commit()
+    con.close()
+    one = _index.scan_bodies(db, threads=1)
+    assert sorted(one["id"].tolist()) == sorted(r[0] for r in _module_rows(db))
+    assert one["id"].tolist() == [r[0] for r in _module_rows(db)]
+    for threads in (2, 4, 16):
+        _same_arrays(_index.scan_bodies(db, threads=threads), one)
+
+
+def test_malformed_body_hashes_are_flagged_the_same_in_every_range(tmp_path, ranges_of_any_size):
+    db = make_ledger(tmp_path, rows=20, seed=13)
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA ignore_check_constraints = 1")
+    con.execute("UPDATE event_body_blobs SET body_hash = upper(body_hash) WHERE id % 5 = 0")
+    con.execute("UPDATE event_body_blobs SET body_hash = CAST(body_hash AS BLOB) WHERE id % 7 = 0")
+    con.execute("UPDATE event_body_blobs SET body_hash = 12 WHERE id % 11 = 0")
+    con.commit()
+    con.close()
+    one = _index.scan_bodies(db, threads=1)
+    bad = {r[0] for r in _module_rows(db) if not (isinstance(r[4], str) and re.fullmatch("blake3:[0-9a-f]{64}", r[4]))}
+    assert set(one["id"][~one["hash_ok"]].tolist()) == bad and bad
+    for threads in (2, 5):
+        _same_arrays(_index.scan_bodies(db, threads=threads), one)
+
+
+@pytest.mark.parametrize("text,ok", [
+    ("blake3:" + "0123456789abcdef" * 4, True),
+    ("blake3:" + "0123456789abcdeF" * 4, False),
+    ("blake3:" + "0123456789abcdeg" * 4, False),
+    ("blake3:" + "/:`g" * 16, False),
+    ("blake3:" + "\x00" * 64, False),
+    ("blake3:" + "ff" * 31 + "f\xff", False),
+])
+def test_body_hash_decoding_takes_lower_case_hex_pairs_only(text, ok):
+    got = _index.parse_body_hash(text.encode("latin-1"))
+    assert (got is not None) == ok
+    if ok:
+        assert got == bytes.fromhex(text[7:])
