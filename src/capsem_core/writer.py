@@ -396,12 +396,15 @@ class Body:
     original_bytes: int | None = None
 
 
+def _second_prefix(seconds: int) -> str:
+    t = time.gmtime(seconds)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}."
+
+
 def ledger_timestamp(epoch_seconds: float) -> str:
     """RFC 3339 UTC to the microsecond, fixed width: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
     seconds, micros = divmod(round(epoch_seconds * 1_000_000), 1_000_000)
-    t = time.gmtime(seconds)
-    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
-            f"{t.tm_sec:02d}.{micros:06d}Z")
+    return f"{_second_prefix(seconds)}{micros:06d}Z"
 
 
 class _Batch:
@@ -531,7 +534,8 @@ class LedgerWriter:
 
     Bodies are stored unless the archive is out of service (``archive_out_of_service`` says
     why: the index names bytes past the end of the archive, the archive's header is not a v2
-    header, or an append or sync failed); rows are written either way.
+    header, or an append or sync failed); rows are written either way. One thread uses a
+    writer; the lock keeps other writers, in this process or another, off the ledger.
     """
 
     def __init__(self, directory: os.PathLike[str] | str, *, codec: str | int = "deflate",
@@ -739,9 +743,8 @@ class LedgerWriter:
         micros = round(now * 1_000_000)
         second, fraction = divmod(micros, 1_000_000)
         if second != self._stamp_second:
-            t = time.gmtime(second)
-            self._stamp_prefix = (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:"
-                                  f"{t.tm_min:02d}:{t.tm_sec:02d}.")
+            # Most stamps of a busy second share their prefix: format it once.
+            self._stamp_prefix = _second_prefix(second)
             self._stamp_second = second
         return f"{self._stamp_prefix}{fraction:06d}Z"
 
