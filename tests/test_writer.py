@@ -300,6 +300,53 @@ def test_open_of_a_directory_is_an_error_naming_it(tmp_path):
         BodyArchiveWriter(tmp_path / "session.bodies")
 
 
+def test_dropping_staged_bytes_warns_but_a_flushed_open_block_closes_quietly(tmp_path, recwarn):
+    path = tmp_path / "session.bodies"
+    w = BodyArchiveWriter(path)
+    ref = w.stage(b"flushed, block left open")
+    w.flush_segment()
+    w.close()
+    assert not [x for x in recwarn if issubclass(x.category, ResourceWarning)]
+    assert oracle.ArchiveOracle(path).read(*ref) == b"flushed, block left open"
+    w = BodyArchiveWriter(path)
+    w.stage(b"never written")
+    with pytest.warns(ResourceWarning, match="13 staged bytes never written"):
+        w.close()
+
+
+# --- torn files (§8.4) -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_truncation_keeps_exactly_the_bodies_whose_segments_are_whole(tmp_path, codec):
+    rng = random.Random(84)
+    path = tmp_path / "session.bodies"
+    refs: list[tuple[tuple[int, int, int], bytes, int]] = []
+    with BodyArchiveWriter(path, codec=codec) as w:
+        for i in range(4):
+            body = text_bytes(rng, 300) if i % 2 == 0 else rng.randbytes(120)
+            ref = w.stage(body)
+            written = w.close_block() if i == 3 else w.flush_segment()
+            refs.append((ref, body, written.block_offset + written.disk_len))
+    data = path.read_bytes()
+    torn = tmp_path / "torn.bodies"
+    for cut in range(16, len(data) + 1):
+        torn.write_bytes(data[:cut])
+        shared = oracle.ArchiveOracle(torn)  # one reader for every ref, going on after failures
+        for ref, body, segment_end in refs:
+            for reader in (shared, oracle.ArchiveOracle(torn)):
+                if segment_end <= cut:
+                    assert reader.read(*ref) == body, (cut, ref)
+                else:
+                    with pytest.raises(oracle.OracleError):
+                        reader.read(*ref)
+        with BodyArchiveWriter(torn, codec=codec) as again:
+            assert again.end == cut
+            ref = again.stage(b"after the cut")
+            again.close_block()
+        assert ref[0] == cut
+        assert oracle.ArchiveOracle(torn).read(*ref) == b"after the cut"
+
+
 # --- stream properties (§8.6) ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("codec", CODECS)
