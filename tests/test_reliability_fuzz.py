@@ -50,7 +50,9 @@ from capsem_core.writer import LedgerWriter
 TESTS = Path(__file__).parent
 ARCHIVE_EXAMPLES = int(os.environ.get("CAPSEM_FUZZ_EXAMPLES", "120"))
 INDEX_EXAMPLES = int(os.environ.get("CAPSEM_FUZZ_INDEX_EXAMPLES", "60"))
-_FUZZ = dict(deadline=None, derandomize=True, database=None,
+# CI runs a fixed example sequence; scripts/soak sets CAPSEM_FUZZ_RANDOM=1 and a --hypothesis-seed
+# so each soak explores new examples and any failure can be replayed from its seed.
+_FUZZ = dict(deadline=None, derandomize=not os.environ.get("CAPSEM_FUZZ_RANDOM"), database=None,
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -322,7 +324,8 @@ def test_decompression_bombs_fail_cleanly_within_the_block_memory_ceiling(tmp_pa
     # The readers hold at most one block's raw bytes (16 MiB) per cursor, plus the kernel's
     # whole-block buffers; an unbounded inflate would need 64 MiB to 512 MiB per case.
     grown_mib = (report["peak_kib"] - report["base_kib"]) / 1024
-    assert grown_mib < 80, f"peak RSS grew by {grown_mib:.0f} MiB"
+    if not os.environ.get("CAPSEM_SANITIZE"):   # ASan's shadow memory and quarantine inflate RSS
+        assert grown_mib < 80, f"peak RSS grew by {grown_mib:.0f} MiB"
 
 
 def test_a_zero_length_non_final_segment_is_a_bad_segment(tmp_path):
