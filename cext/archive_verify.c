@@ -22,22 +22,30 @@
 #include "blake3.h"
 
 #define HASH_BATCH 1024
+/* Bodies per batch: every row naming a span hashed in the batch (rows share spans when
+ * the writer deduplicated their bodies). */
+#define MEMBER_BATCH (4 * HASH_BATCH)
 /* The one-call path copies a block's payloads into one buffer; beyond these it streams. */
 #define FAST_MAX_COMP (32u << 20)
 #define FAST_MAX_SEGMENTS 4096
 
+/* Workers sit side by side in one array: each starts on its own cache line, so one
+ * worker's writes to its batch never invalidate the line holding its neighbour's fields. */
 typedef struct {
-    capsem_verify_job *job;
+    _Alignas(64) capsem_verify_job *job;
     capsem_cursor *cursor;
     struct libdeflate_decompressor *ld;
     uint8_t *comp;
     size_t comp_cap;
     uint8_t *raw;
     size_t raw_cap;
+    /* The distinct spans of the batch, hashed once each ... */
     uint64_t offs[HASH_BATCH];
     uint64_t lens[HASH_BATCH];
-    size_t idx[HASH_BATCH];
     uint8_t out[HASH_BATCH * 32];
+    /* ... and the bodies naming them: body index, and which span. */
+    size_t member[MEMBER_BATCH];
+    uint32_t member_span[MEMBER_BATCH];
     uint64_t seg_start[FAST_MAX_SEGMENTS];
     uint64_t seg_len[FAST_MAX_SEGMENTS];
     const uint8_t *seg_hash[FAST_MAX_SEGMENTS];
@@ -118,12 +126,17 @@ static int64_t inflate_whole(worker *w, uint64_t blk, uint64_t disk_len) {
     /* The walk bounded every header and payload inside [blk, blk + disk_len) <= size. */
     uint64_t at = blk + CAPSEM_BLOCK_HEADER_BYTES, comp_total = 0;
     size_t nseg = 0;
+    /* One segment: its payload is the whole stream, read in place. More: the payloads are
+     * joined (their headers sit between them in the file). */
+    const uint8_t *stream = ext.segments == 1 ? s->base + at + CAPSEM_SEGMENT_HEADER_BYTES : NULL;
     while (nseg < ext.segments) {
         const uint8_t *h = s->base + at;
         uint32_t raw_start = capsem_le32(h + 8), raw_len = capsem_le32(h + 12), comp_len = capsem_le32(h + 16);
         if (comp_total + comp_len > FAST_MAX_COMP) return -1;
-        if (!grow(&w->comp, &w->comp_cap, comp_total + comp_len + 1)) return -1;
-        memcpy(w->comp + comp_total, h + CAPSEM_SEGMENT_HEADER_BYTES, comp_len);
+        if (!stream) {
+            if (!grow(&w->comp, &w->comp_cap, comp_total + comp_len + 1)) return -1;
+            memcpy(w->comp + comp_total, h + CAPSEM_SEGMENT_HEADER_BYTES, comp_len);
+        }
         comp_total += comp_len;
         w->seg_start[nseg] = raw_start;
         w->seg_len[nseg] = raw_len;
@@ -137,8 +150,8 @@ static int64_t inflate_whole(worker *w, uint64_t blk, uint64_t disk_len) {
         if (!w->ld) return -1;
     }
     size_t in_used = 0, out_used = 0;
-    enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, w->comp, comp_total, w->raw, ext.raw_len,
-                                                                &in_used, &out_used);
+    enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, stream ? stream : w->comp, comp_total, w->raw,
+                                                                ext.raw_len, &in_used, &out_used);
     if (r != LIBDEFLATE_SUCCESS || in_used != comp_total || out_used != ext.raw_len) return -1;
     capsem_blake3_hash_many(w->raw, w->seg_start, w->seg_len, nseg, w->seg_out);
     for (size_t k = 0; k < nseg; k++) {
@@ -147,25 +160,41 @@ static int64_t inflate_whole(worker *w, uint64_t blk, uint64_t disk_len) {
     return (int64_t)ext.raw_len;
 }
 
-static void hash_batch(worker *w, const uint8_t *raw, size_t n) {
+/* Hashes the batch's distinct spans, then compares every member body's index digest with
+ * its span's: same bytes, same digest, so a span named by several rows is hashed once and
+ * each row's own digest is still compared. */
+static void hash_batch(worker *w, const uint8_t *raw, size_t spans, size_t members) {
     const capsem_verify_spec *s = &w->job->spec;
-    capsem_blake3_hash_many(raw, w->offs, w->lens, n, w->out);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = w->idx[k];
-        if (memcmp(w->out + 32 * k, s->digest + 32 * i, 32) != 0) {
+    capsem_blake3_hash_many(raw, w->offs, w->lens, spans, w->out);
+    for (size_t m = 0; m < members; m++) {
+        size_t i = w->member[m];
+        const uint8_t *got = w->out + 32 * (size_t)w->member_span[m];
+        if (memcmp(got, s->digest + 32 * i, 32) != 0) {
             s->status[i] = CAPSEM_V_BODY_HASH;
-            memcpy(s->got + 32 * i, w->out + 32 * k, 32);
+            memcpy(s->got + 32 * i, got, 32);
         }
     }
+}
+
+/* Page-aligned [a, b) covering [from, to) within the map, for an madvise advice. */
+static void advise(const capsem_verify_spec *s, uint64_t from, uint64_t to, int advice, int inner) {
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    if (to > s->size) to = s->size;
+    uint64_t a = inner ? (from + page - 1) / page * page : from / page * page;
+    uint64_t b = inner ? to / page * page : (to + page - 1) / page * page;
+    if (b > a) madvise((void *)(s->base + a), (size_t)(b - a), advice);
+}
+
+static void will_need(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
+    if (from < to) advise(s, from, to, MADV_WILLNEED, 0);
 }
 
 /* Unmap the whole pages of [from, to) from this process once a block is done: the page cache
  * keeps them, but the process's resident size stays flat however large the archive. */
 static void drop_pages(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    if (to > s->size) to = s->size;
-    uint64_t a = (from + page - 1) / page * page, b = to / page * page;
-    if (b > a) madvise((void *)(s->base + a), (size_t)(b - a), MADV_DONTNEED);
+    /* Only pages wholly inside: a page shared with the next block may be in use by another
+     * worker (dropping it would only cost a re-fault, but there is no need). */
+    if (from < to) advise(s, from, to, MADV_DONTNEED, 1);
 }
 
 static void verify_run(worker *w, size_t lo, size_t hi) {
@@ -189,9 +218,12 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
     const uint8_t *raw = NULL;
     int64_t whole = -1;
     uint64_t whole_end = 0;
-    if (s->use_libdeflate && s->block_offset[lo] >= 0 && max_end > 0) {
-        size_t b = find_block(s, s->block_offset[lo]);
-        if (b != (size_t)-1 && s->blk_disk_len[b] > 0) {
+    size_t b = s->block_offset[lo] >= 0 ? find_block(s, s->block_offset[lo]) : (size_t)-1;
+    if (b != (size_t)-1 && s->blk_disk_len[b] > 0) {
+        /* The committed extent is read through once: ask for all of it now rather than page
+         * by page as the inflater reaches it (a no-op when it is already cached). */
+        will_need(s, blk, blk + (uint64_t)s->blk_disk_len[b]);
+        if (s->use_libdeflate && max_end > 0) {
             whole = inflate_whole(w, blk, (uint64_t)s->blk_disk_len[b]);
             whole_end = blk + (uint64_t)s->blk_disk_len[b];
         }
@@ -240,11 +272,12 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
         raw = capsem_cursor_raw(w->cursor);
     }
 
-    size_t n = 0;
+    /* Rows in archive order: rows naming one span are adjacent (same offset, same length). */
+    size_t spans = 0, members = 0;
     for (size_t i = lo; i < hi; i++) {
         if (s->status[i] != CAPSEM_V_OK) continue;
-        uint64_t end = (uint64_t)(s->body_offset[i] + s->body_len[i]);
-        if (failed && end > fail_at) {
+        uint64_t off = (uint64_t)s->body_offset[i], len = (uint64_t)s->body_len[i];
+        if (failed && off + len > fail_at) {
             s->status[i] = (uint8_t)fail_status;
             s->err_index[i] = fail_err;
             continue;
@@ -253,15 +286,24 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
             s->status[i] = CAPSEM_V_BAD_HASH_TEXT;
             continue;
         }
-        w->offs[n] = (uint64_t)s->body_offset[i];
-        w->lens[n] = (uint64_t)s->body_len[i];
-        w->idx[n] = i;
-        if (++n == HASH_BATCH) {
-            hash_batch(w, raw, n);
-            n = 0;
+        int repeat = spans > 0 && w->offs[spans - 1] == off && w->lens[spans - 1] == len;
+        if (!repeat) {
+            if (spans == HASH_BATCH) {
+                hash_batch(w, raw, spans, members);
+                spans = members = 0;
+            }
+            w->offs[spans] = off;
+            w->lens[spans] = len;
+            spans++;
+        }
+        w->member[members] = i;
+        w->member_span[members] = (uint32_t)(spans - 1);
+        if (++members == MEMBER_BATCH) {
+            hash_batch(w, raw, spans, members);
+            spans = members = 0;
         }
     }
-    if (n) hash_batch(w, raw, n);
+    if (members) hash_batch(w, raw, spans, members);
     drop_pages(s, blk, whole >= 0 ? whole_end : capsem_cursor_next_segment(w->cursor));
     atomic_fetch_add(&job->bytes_done, bytes);
     atomic_fetch_add(&job->bodies_done, hi - lo);
@@ -300,6 +342,8 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     capsem_verify_job *job = calloc(1, sizeof *job);
     if (!job) return NULL;
     job->spec = *spec;
+    /* Blocks are read in file order (by all workers together): read ahead generously. */
+    advise(&job->spec, 0, spec->size, MADV_SEQUENTIAL, 0);
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->cond, NULL);
     size_t n = spec->nbodies, nruns = 0;
@@ -323,7 +367,8 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     if (threads > 256) threads = 256;
     if ((size_t)threads > nruns) threads = nruns ? (int)nruns : 1;
     job->nthreads = threads;
-    job->workers = calloc((size_t)threads, sizeof *job->workers);
+    job->workers = aligned_alloc(64, (size_t)threads * sizeof *job->workers);
+    if (job->workers) memset(job->workers, 0, (size_t)threads * sizeof *job->workers);
     job->tids = calloc((size_t)threads, sizeof *job->tids);
     if (!job->workers || !job->tids) goto fail;
     for (int t = 0; t < threads; t++) {

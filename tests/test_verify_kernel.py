@@ -211,3 +211,68 @@ def test_a_missing_archive_with_indexed_bodies_is_a_ledger_error(tmp_path):
     db.with_suffix(".bodies").unlink()
     with pytest.raises(fmt.ArchiveError, match="io: No such file"):
         _archive.verify_ledger(db)
+
+
+def _shared_span_ledger(directory: Path, *, rows: int, codec: str = "deflate") -> Path:
+    """Rows whose bodies repeat: the writer stores each distinct body once, so many rows name
+    one span (adjacent in archive order)."""
+    r = random.Random(21)
+    common = [_bytes(r, n) for n in (0, 1, 300, 2500)]
+    w = LedgerWriter(directory, codec=codec)
+    for i in range(rows):
+        w.insert("net_events", {"timestamp": f"2025-06-02T09:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                                "domain": "api.example.com", "decision": "allowed", "method": "POST",
+                                "path": f"/v1/{i}", "status_code": 200},
+                 [Body("request", common[i % len(common)], "http.request"),
+                  Body("response", common[3] if i % 3 else _bytes(r, 700), "http.request")])
+        if (i + 1) % 500 == 0:
+            w.flush()
+    w.close()
+    return directory / "session.db"
+
+
+@pytest.fixture(scope="module")
+def shared_pristine(tmp_path_factory) -> Path:
+    # 2,600 rows: more rows name the most common span than one hash batch holds members.
+    directory = tmp_path_factory.mktemp("shared")
+    _shared_span_ledger(directory, rows=2600)
+    return directory
+
+
+@pytest.fixture
+def shared(shared_pristine, tmp_path) -> Path:
+    for name in ("session.db", "session.bodies"):
+        shutil.copyfile(shared_pristine / name, tmp_path / name)
+    return tmp_path / "session.db"
+
+
+def test_rows_sharing_a_span_each_have_their_own_digest_compared(shared):
+    bodies = _index.scan_bodies(shared)
+    spans = list(zip(bodies["block_offset"].tolist(), bodies["body_offset"].tolist(), bodies["body_len"].tolist()))
+    assert len(set(spans)) < len(spans) // 4  # the sample really shares spans
+    verified, findings = all_agree(shared)
+    assert findings == [] and verified == len(spans)
+    # Damage the index digest of one row in the middle of a run of rows naming one span.
+    run = [i for i in range(1, len(spans) - 1) if spans[i - 1] == spans[i] == spans[i + 1]]
+    k = run[len(run) // 2]
+    victim = int(bodies["id"][k])
+    good = fmt.body_hash_text(bytes(bodies["digest"][k]))
+    bad = good[:-1] + ("0" if good[-1] != "0" else "1")
+    _sql(shared, "UPDATE event_body_blobs SET body_hash = ? WHERE id = ?", bad, victim)
+    verified, findings = all_agree(shared)
+    assert [(f[0], f[8]) for f in findings] == [(victim, "body_hash")]
+    assert f"index says {bad}, bytes hash to {good}" in findings[0][9]
+
+
+def test_a_damaged_shared_span_fails_every_row_that_names_it(tmp_path):
+    shared = _shared_span_ledger(tmp_path, rows=300)
+    bodies = _index.scan_bodies(shared)
+    blocks = _index.scan_blocks(shared)["block_offset"].tolist()
+    bodies_path = shared.with_suffix(".bodies")
+    # The first segment holds the spans most rows share.
+    at, comp_len = _segments(bodies_path, blocks[0])[0]
+    _flip(bodies_path, at + 52 + comp_len // 2)
+    verified, findings = all_agree(shared)
+    assert len(findings) > 200
+    in_block = int((bodies["block_offset"] == blocks[0]).sum())
+    assert findings and len(findings) <= in_block and {f[4] for f in findings} == {blocks[0]}
