@@ -92,12 +92,16 @@ def pristine(request, tmp_path_factory) -> Path:
     return directory
 
 
+def _private_copy(directory: Path, tmp_path: Path) -> Path:
+    """A copy of a module's sound ledger (tests damage it)."""
+    for name in ("session.db", "session.bodies"):
+        shutil.copyfile(directory / name, tmp_path / name)
+    return tmp_path / "session.db"
+
+
 @pytest.fixture
 def ledger(pristine, tmp_path) -> Path:
-    """A private copy of the module's sound ledger (tests damage it)."""
-    for name in ("session.db", "session.bodies"):
-        shutil.copyfile(pristine / name, tmp_path / name)
-    return tmp_path / "session.db"
+    return _private_copy(pristine, tmp_path)
 
 
 def test_a_sound_ledger_verifies_every_body_the_same_way_everywhere(ledger):
@@ -231,22 +235,9 @@ def _shared_span_ledger(directory: Path, *, rows: int, codec: str = "deflate") -
     return directory / "session.db"
 
 
-@pytest.fixture(scope="module")
-def shared_pristine(tmp_path_factory) -> Path:
-    # 2,600 rows: more rows name the most common span than one hash batch holds members.
-    directory = tmp_path_factory.mktemp("shared")
-    _shared_span_ledger(directory, rows=2600)
-    return directory
-
-
-@pytest.fixture
-def shared(shared_pristine, tmp_path) -> Path:
-    for name in ("session.db", "session.bodies"):
-        shutil.copyfile(shared_pristine / name, tmp_path / name)
-    return tmp_path / "session.db"
-
-
-def test_rows_sharing_a_span_each_have_their_own_digest_compared(shared):
+def test_rows_sharing_a_span_each_have_their_own_digest_compared(tmp_path):
+    # 2,600 rows in one block: more rows than one hash batch holds members.
+    shared = _shared_span_ledger(tmp_path, rows=2600)
     bodies = _index.scan_bodies(shared)
     spans = list(zip(bodies["block_offset"].tolist(), bodies["body_offset"].tolist(), bodies["body_len"].tolist()))
     assert len(set(spans)) < len(spans) // 4  # the sample really shares spans
