@@ -12,6 +12,8 @@ Groups (the ratio table after the run divides each mean into its group's baselin
   the large sample and on one a quarter its size. Target: < 15% more for the 4x archive.
 
 Run: ``python3 -m pytest bench/bench_verify.py -q -s`` (ledgers are cached, see conftest).
+The load average is printed beside each benchmark: the machine is shared, and the 2-thread
+figures mean something only when it is otherwise idle.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ from conftest import sample_ledger, warm  # noqa: E402
 
 RAW = int(os.environ.get("CAPSEM_BENCH_RAW", str(1 << 30)))
 BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+
+
+@pytest.fixture(autouse=True)
+def _load_average(request):
+    before = os.getloadavg()[0]
+    yield
+    print(f"\n{request.node.name}: load average {before:.2f} -> {os.getloadavg()[0]:.2f}")
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ cdef extern from "index_scan.h" nogil:
     int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
     int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty,
                                   char *err, size_t errlen)
-    int CAPSEM_INDEX_MAX_RANGES
+    int CAPSEM_INDEX_MAX_THREADS
     ctypedef struct capsem_body_range:
         int64_t lo
         int64_t hi
@@ -57,7 +57,7 @@ cdef extern from "index_scan.h" nogil:
         int rc
         char err[256]
     int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
-                                      capsem_body_range *ranges, int n)
+                                      capsem_body_range *ranges, int n, int threads)
 
 
 def sqlite_version():
@@ -113,8 +113,11 @@ cdef dict _grow(dict arrays, size_t cap):
     return {k: np.concatenate([v, np.zeros((cap - v.shape[0],) + v.shape[1:], v.dtype)]) for k, v in arrays.items()}
 
 
-# A range of fewer rows than this is not worth a thread and a connection of its own.
+# Fewer rows than this per reader are not worth a thread and a connection of its own.
 PARALLEL_MIN_ROWS = 1 << 15
+# Ranges per reader: readers take ranges in turn, so one the scheduler holds back (the
+# machine is busy) leaves its share to the others instead of delaying the whole scan.
+RANGES_PER_READER = 8
 
 
 def _cores():
@@ -166,10 +169,12 @@ cdef dict _scan_sequential(_Scan scan, size_t count):
     return {k: v[:filled] for k, v in arrays.items()}
 
 
-cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int n):
-    """Every row, by n rowid ranges scanned at once (see capsem_index_scan_body_ranges), in
-    rowid order; None when a range held more rows than the first snapshot allows (a writer
-    changed existing rows meanwhile: the caller then scans on one connection)."""
+cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int readers):
+    """Every row, by rowid ranges that `readers` readers take in turn (see
+    capsem_index_scan_body_ranges), in rowid order; None when a range held more rows than
+    the first snapshot allows (a writer changed existing rows meanwhile: the caller then
+    scans on one connection)."""
+    cdef int n = min(readers * RANGES_PER_READER, max(readers, <int>(count // (PARALLEL_MIN_ROWS // 4 or 1))))
     cdef capsem_body_range *ranges = <capsem_body_range *>malloc(n * sizeof(capsem_body_range))
     cdef capsem_body_rows rows
     cdef int rc = 0
@@ -187,14 +192,13 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
             ranges[k].lo = a
             ranges[k].hi = b
             ranges[k].start = total
-            # A range holds at most one row per rowid, and at most COUNT(*) rows: sparse or
-            # hostile rowids cannot size the arrays beyond n * COUNT(*).
-            ranges[k].cap = <size_t>min(b - a + 1, count)
+            # At most one row per rowid (the caller splits only when rowids are dense).
+            ranges[k].cap = <size_t>(b - a + 1)
             total += ranges[k].cap
         arrays = _body_arrays(total)
         _point(&rows, arrays)
         with nogil:
-            rc = capsem_index_scan_body_ranges(scan.ix, p, &rows, ranges, n)
+            rc = capsem_index_scan_body_ranges(scan.ix, p, &rows, ranges, n, readers)
         if rc != SQLITE_OK:
             for k in range(n):
                 if ranges[k].rc != SQLITE_OK:
@@ -216,27 +220,29 @@ def scan_bodies(db_path, *, int threads=0):
     body_len (int64), digest ((n, 32) uint8, decoded from body_hash) and hash_ok (bool:
     False where body_hash is not "blake3:" + 64 lower-case hex digits).
 
-    threads: how many rowid ranges to scan at once, each on its own thread and read-only
-    connection (0: one per core; ranges under PARALLEL_MIN_ROWS rows are not split off).
+    threads: how many readers scan rowid ranges at once, each on its own thread and
+    read-only connection (0: one per core; at least PARALLEL_MIN_ROWS rows per reader).
     The first connection's read transaction fixes the row count and the rowid bounds and
     stays open throughout; the others read rows with rowids within those bounds. A ledger's
     body index is append-only (new rows take larger rowids), so every range reads the
     first snapshot's rows; if a range ever holds more rows than that snapshot allows, the
-    scan is redone on the first connection alone."""
+    scan is redone on the first connection alone. Rowids spread over more than twice the
+    row count (hand-edited or hostile indexes) are scanned on one connection, so the arrays
+    are never sized by the rowid span."""
     cdef _Scan scan = _Scan(db_path)
     cdef size_t count = <size_t>scan.count(b"event_body_blobs")
     cdef int64_t lo = 0, hi = 0
     cdef int empty = 0
     cdef int rc = 0
     cdef int n = threads if threads > 0 else _cores()
-    n = min(n, CAPSEM_INDEX_MAX_RANGES, max(1, <int>(count // PARALLEL_MIN_ROWS)))
+    n = min(n, CAPSEM_INDEX_MAX_THREADS, max(1, <int>(count // (PARALLEL_MIN_ROWS or 1))))
     out = None
     if n > 1:
         with nogil:
             rc = capsem_index_rowid_bounds(scan.ix, b"event_body_blobs", &lo, &hi, &empty, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
             raise _index_error(scan.path, b"read", scan.err)
-        if not empty:
+        if not empty and int(hi) - int(lo) + 1 <= 2 * count:
             out = _scan_parallel(scan, count, lo, hi, n)
     if out is None:
         out = _scan_sequential(scan, count)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 
 #include "index_scan.h"
@@ -187,76 +188,98 @@ int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, 
     return SQLITE_OK;
 }
 
-/* One rowid range on a connection: range 0 uses the caller's, the others open their own. */
+/* The shared state of a parallel scan: ranges are taken from an atomic counter, so a
+ * reader that the scheduler holds back takes fewer of them instead of delaying the rest. */
 typedef struct {
-    capsem_index *ix; /* NULL: open `path` */
     const char *path;
     capsem_body_rows *rows;
-    capsem_body_range *range;
-} range_job;
+    capsem_body_range *ranges;
+    int n;
+    atomic_int next;
+} range_scan;
 
-static void *scan_range(void *arg) {
-    range_job *j = arg;
-    capsem_body_range *g = j->range;
-    sqlite3 *db = j->ix ? j->ix->db : NULL;
-    sqlite3_stmt *st = NULL;
-    int own = j->ix == NULL, in_txn = 0;
-    int rc = SQLITE_OK, done = 0;
-    g->filled = 0;
-    g->overflow = 0;
-    g->err[0] = 0;
-    if (own) {
-        rc = open_reader(j->path, &db, g->err, sizeof g->err);
-        in_txn = rc == SQLITE_OK;
-    }
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_prepare_v2(db, BODY_COLUMNS " WHERE id BETWEEN ?1 AND ?2", -1, &st, NULL);
-        if (rc != SQLITE_OK) copy_err(db, rc, g->err, sizeof g->err);
-    }
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, g->lo);
-        sqlite3_bind_int64(st, 2, g->hi);
-        size_t filled = g->start;
-        rc = fill_bodies(db, st, j->rows, g->start, g->start + g->cap, &filled, &done, g->err, sizeof g->err);
-        g->filled = filled - g->start;
-        /* A full range may still end exactly at cap: one more step tells. */
-        if (rc == SQLITE_OK && !done) {
-            int more = sqlite3_step(st);
-            if (more == SQLITE_ROW) g->overflow = 1;
-            else if (more != SQLITE_DONE) {
-                rc = more;
-                copy_err(db, rc, g->err, sizeof g->err);
-            }
+typedef struct {
+    range_scan *scan;
+    capsem_index *ix; /* the caller's connection, or NULL: open scan->path */
+} range_reader;
+
+/* One range on a prepared statement; its outcome goes to the range. */
+static void scan_range(sqlite3 *db, sqlite3_stmt *st, capsem_body_rows *rows, capsem_body_range *g) {
+    int done = 0;
+    size_t filled = g->start;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, g->lo);
+    sqlite3_bind_int64(st, 2, g->hi);
+    int rc = fill_bodies(db, st, rows, g->start, g->start + g->cap, &filled, &done, g->err, sizeof g->err);
+    g->filled = filled - g->start;
+    /* A full range may still end exactly at cap: one more step tells. */
+    if (rc == SQLITE_OK && !done) {
+        int more = sqlite3_step(st);
+        if (more == SQLITE_ROW) {
+            g->overflow = 1;
+        } else if (more != SQLITE_DONE) {
+            rc = more;
+            copy_err(db, rc, g->err, sizeof g->err);
         }
     }
-    if (own) close_reader(db, st, in_txn);
-    else if (st) sqlite3_finalize(st);
     g->rc = rc;
+}
+
+static void *range_reader_main(void *arg) {
+    range_reader *r = arg;
+    range_scan *scan = r->scan;
+    sqlite3 *db = r->ix ? r->ix->db : NULL;
+    sqlite3_stmt *st = NULL;
+    int own = r->ix == NULL;
+    char err[256];
+    /* A reader that cannot open its connection or prepare takes no range: the others do. */
+    if (own && open_reader(scan->path, &db, err, sizeof err) != SQLITE_OK) {
+        close_reader(db, NULL, 0);
+        return NULL;
+    }
+    if (sqlite3_prepare_v2(db, BODY_COLUMNS " WHERE id BETWEEN ?1 AND ?2", -1, &st, NULL) == SQLITE_OK) {
+        for (;;) {
+            int k = atomic_fetch_add(&scan->next, 1);
+            if (k >= scan->n) break;
+            scan_range(db, st, scan->rows, &scan->ranges[k]);
+        }
+    }
+    if (own) close_reader(db, st, 1);
+    else sqlite3_finalize(st);
     return NULL;
 }
 
 int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
-                                  capsem_body_range *ranges, int n) {
+                                  capsem_body_range *ranges, int n, int threads) {
     if (n < 1) return SQLITE_OK;
-    range_job jobs[CAPSEM_INDEX_MAX_RANGES];
-    pthread_t tids[CAPSEM_INDEX_MAX_RANGES];
-    int started[CAPSEM_INDEX_MAX_RANGES] = {0};
-    if (n > CAPSEM_INDEX_MAX_RANGES) n = CAPSEM_INDEX_MAX_RANGES;
+    if (threads < 1) threads = 1;
+    if (threads > CAPSEM_INDEX_MAX_THREADS) threads = CAPSEM_INDEX_MAX_THREADS;
+    range_scan scan = {path, rows, ranges, n, 0};
+    range_reader readers[CAPSEM_INDEX_MAX_THREADS];
+    pthread_t tids[CAPSEM_INDEX_MAX_THREADS];
+    int started[CAPSEM_INDEX_MAX_THREADS] = {0};
     for (int k = 0; k < n; k++) {
-        jobs[k] = (range_job){k == 0 ? ix : NULL, path, rows, &ranges[k]};
-        ranges[k].rc = SQLITE_OK;
+        ranges[k].filled = 0;
+        ranges[k].overflow = 0;
+        ranges[k].err[0] = 0;
+        /* Untaken until a reader scans it (every range is, by the caller's reader at least). */
+        ranges[k].rc = SQLITE_MISUSE;
     }
-    /* Ranges 1.. on their own threads and connections; range 0 here, on the caller's
-     * connection, whose read transaction stays open meanwhile. A range whose thread cannot
-     * start runs here too. */
-    for (int k = 1; k < n; k++) started[k] = pthread_create(&tids[k], NULL, scan_range, &jobs[k]) == 0;
-    scan_range(&jobs[0]);
-    for (int k = 1; k < n; k++) {
-        if (started[k]) pthread_join(tids[k], NULL);
-        else scan_range(&jobs[k]);
+    for (int t = 0; t < threads; t++) readers[t] = (range_reader){&scan, t == 0 ? ix : NULL};
+    for (int t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, range_reader_main, &readers[t]) == 0;
+    /* The caller's connection, whose read transaction stays open throughout, reads too. */
+    range_reader_main(&readers[0]);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(tids[t], NULL);
     }
     for (int k = 0; k < n; k++) {
-        if (ranges[k].rc != SQLITE_OK) return ranges[k].rc;
+        if (ranges[k].rc != SQLITE_OK) {
+            if (ranges[k].rc == SQLITE_MISUSE && !ranges[k].err[0]) {
+                /* The caller's reader could not prepare its statement: say why. */
+                copy_err(ix->db, sqlite3_errcode(ix->db), ranges[k].err, sizeof ranges[k].err);
+            }
+            return ranges[k].rc;
+        }
     }
     return SQLITE_OK;
 }

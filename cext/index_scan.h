@@ -41,7 +41,7 @@ int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, 
 /* One slice of a parallel body scan: rows with rowid in [lo, hi] go to array slots
  * [start, start + cap). filled is how many did; overflow is set when the range held more
  * rows than cap (the caller then scans again on one connection). */
-#define CAPSEM_INDEX_MAX_RANGES 16
+#define CAPSEM_INDEX_MAX_THREADS 16
 typedef struct {
     int64_t lo, hi;
     size_t start, cap;
@@ -51,12 +51,13 @@ typedef struct {
     char err[256];
 } capsem_body_range;
 
-/* Scans n ranges at once: range 0 on ix (in the calling thread, inside ix's read
- * transaction, which stays open throughout), each other range on its own thread with its
- * own read-only connection to path. Returns SQLITE_OK or the first range's error (its
- * message in that range's err). */
+/* Scans n ranges with `threads` readers taking them in turn: the calling thread on ix
+ * (inside ix's read transaction, which stays open throughout), each other reader on its
+ * own thread and read-only connection to path (a reader that cannot open one takes no
+ * range). Returns SQLITE_OK or the first failed range's code, its message in that range's
+ * err. */
 int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
-                                  capsem_body_range *ranges, int n);
+                                  capsem_body_range *ranges, int n, int threads);
 
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen);

@@ -157,9 +157,21 @@ def test_a_scan_split_into_rowid_ranges_returns_the_same_arrays_as_one_connectio
         _same_arrays(_index.scan_bodies(db, threads=threads), one)
 
 
-def test_sparse_and_negative_rowids_split_into_ranges_still_come_back_whole(tmp_path, ranges_of_any_size):
-    # Rowids far apart (a hostile or hand-edited index): ranges are bounded by the row count,
-    # not by the rowid span, and the empty slots between them are dropped.
+def test_rows_deleted_between_others_leave_no_empty_slots_in_a_split_scan(tmp_path, ranges_of_any_size):
+    db = make_ledger(tmp_path, rows=60, seed=14)
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM event_body_blobs WHERE id % 3 = 0 OR id BETWEEN 40 AND 55")
+    con.commit()
+    con.close()
+    one = _index.scan_bodies(db, threads=1)
+    assert one["id"].tolist() == [r[0] for r in _module_rows(db)]
+    for threads in (2, 3, 16):
+        _same_arrays(_index.scan_bodies(db, threads=threads), one)
+
+
+def test_sparse_and_negative_rowids_still_come_back_whole(tmp_path, ranges_of_any_size):
+    # Rowids far apart (a hostile or hand-edited index): the arrays are sized by the row
+    # count, never by the rowid span.
     db = make_ledger(tmp_path, rows=10, seed=12)
     con = sqlite3.connect(db)
     ids = [r[0] for r in con.execute("SELECT id FROM event_body_blobs ORDER BY id")]
