@@ -583,9 +583,10 @@ def findings_of(outcome, bodies, db_path=None):
 
 def verify_ledger(db_path, bodies_path=None, int threads=0, progress=None, bint use_libdeflate=True):
     """Scan the body index of db_path and verify every body in bodies_path (default: the
-    .bodies beside it). Returns (verified_count, findings)."""
+    .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
+    used by the index scan and by the verify workers alike."""
     from capsem_core import _index
-    bodies = _index.scan_bodies(db_path)
+    bodies = _index.scan_bodies(db_path, threads=threads)
     n = bodies["id"].shape[0]
     if n == 0:
         return 0, []
