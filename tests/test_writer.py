@@ -675,6 +675,17 @@ def test_a_row_the_ledger_cannot_hold_is_refused_at_insert(tmp_path, table, row,
         assert w.buffered_rows == 0
 
 
+def test_any_table_takes_rows_and_an_empty_body_iterable(tmp_path):
+    db = tmp_path / "session.db"
+    with LedgerWriter(tmp_path) as w:
+        w.insert("fs_events", {"timestamp": "t", "action": "write", "path": "/a", "directory": "/", "name": "a"},
+                 iter(()))
+        w.insert("transport_events", {"event_id": eid(5), "timestamp_unix_ms": 1, "event_type": "network.connect",
+                                      "event_json": "{}"})
+    assert query(db, "SELECT path FROM fs_events") == [("/a",)]
+    assert query(db, "SELECT event_id FROM transport_events") == [(eid(5),)]
+
+
 def test_buffered_work_flushes_by_itself(tmp_path):
     db = tmp_path / "session.db"
     with LedgerWriter(tmp_path, flush_rows=10) as w:

@@ -793,7 +793,8 @@ class LedgerWriter:
             row["event_id"] = secrets.token_hex(6)
         if bodies:
             bodies = tuple(bodies)
-            self._check_bodies(spec, row, bodies)
+            if bodies:
+                self._check_bodies(spec, row, bodies)
         keys = tuple(row)
         batch = spec.batch
         if batch is None or batch.keys != keys:
