@@ -37,8 +37,8 @@ from capsem_core.writer import Body, LedgerWriter
 KILLS = int(os.environ.get("CAPSEM_CRASH_KILLS", "100"))
 KILL_SEED = int(os.environ.get("CAPSEM_CRASH_SEED", "20261130"))
 # A child lives this long at most before it is killed (it opens the ledger, then flushes
-# every few milliseconds).
-MAX_LIFE_S = 0.12
+# every few milliseconds). scripts/sanitize raises it: under ASan a child starts far slower.
+MAX_LIFE_S = float(os.environ.get("CAPSEM_CRASH_MAX_LIFE", "0.12"))
 EVENTS_PER_FLUSH = 3
 
 
