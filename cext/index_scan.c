@@ -132,11 +132,16 @@ static int fill_bodies(sqlite3 *db, sqlite3_stmt *st, capsem_body_rows *r, size_
         if (rc != SQLITE_ROW) break;
         r->id[i] = sqlite3_column_int64(st, 0);
         /* The TEXT's bytes as stored: no terminator added, no copy (blob access to a TEXT
-         * value returns it unconverted). Anything but TEXT is malformed, as in Capsem. */
+         * value returns it unconverted). Anything but TEXT is malformed, as in Capsem.
+         * One sqlite3_column_* call, then sqlite3_value_* on its value: each column call
+         * enters and leaves the connection, the value calls do not (the value is
+         * "unprotected", which only matters to a connection shared between threads: each
+         * of ours is used by one thread). */
+        sqlite3_value *hash = sqlite3_column_value(st, 1);
         int ok = 0;
-        if (sqlite3_column_type(st, 1) == SQLITE_TEXT) {
-            const unsigned char *text = sqlite3_column_blob(st, 1);
-            ok = capsem_parse_body_hash(text, sqlite3_column_bytes(st, 1), r->digest + 32 * i);
+        if (sqlite3_value_type(hash) == SQLITE_TEXT) {
+            const unsigned char *text = sqlite3_value_blob(hash);
+            ok = capsem_parse_body_hash(text, sqlite3_value_bytes(hash), r->digest + 32 * i);
         }
         if (!ok) memset(r->digest + 32 * i, 0, 32);
         r->hash_ok[i] = (uint8_t)ok;
