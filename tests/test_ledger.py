@@ -219,3 +219,15 @@ def test_verify_reports_a_damaged_body_by_event_and_block(tmp_path: Path) -> Non
     [finding] = findings
     assert (finding.event_id, finding.source_table, finding.direction) == (_event_id(2), "net_events", "request")
     assert finding.block_offset == fmt.FILE_HEADER_BYTES
+
+
+def test_a_text_span_in_the_index_is_a_ledger_error_naming_session_db(tmp_path: Path) -> None:
+    write_ledger(tmp_path, count=8, flushes=1)
+    with sqlite3.connect(tmp_path / "session.db") as conn:
+        conn.execute("UPDATE event_body_blobs SET body_offset = 'abc' WHERE event_id = ?", (_event_id(1),))
+    with Ledger(tmp_path) as ledger:
+        with pytest.raises(fmt.LedgerError, match="non-integer span") as info:
+            ledger.read_body(_event_id(1), "net_events", "request")
+        assert info.value.path == tmp_path / "session.db"
+        with pytest.raises(fmt.LedgerError, match="non-integer span"):
+            list(ledger.bodies())

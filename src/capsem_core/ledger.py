@@ -117,6 +117,14 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"query failed: {exc}", self.db_path) from None
 
+    def _checked_row(self, event_id: object, block_offset: object, body_offset: object, body_len: object,
+                     body_hash: object) -> tuple[int, int, int, str]:
+        # session.db tables are not STRICT: a hostile index can hold text or floats anywhere.
+        if not all(type(v) is int for v in (block_offset, body_offset, body_len)) or not isinstance(body_hash, str):
+            raise LedgerError(f"event_body_blobs row of {event_id!r} has a non-integer span or a non-text body_hash",
+                              self.db_path)
+        return block_offset, body_offset, body_len, body_hash  # type: ignore[return-value]
+
     def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
         # Hold the lock across the whole read: the archive cursor is shared state.
         if self._archive.file_was_replaced():
@@ -137,7 +145,7 @@ class Ledger:
             (event_id, source_table, direction))
         if not rows:
             raise KeyError((event_id, source_table, direction))
-        block_offset, body_offset, body_len, body_hash = rows[0]
+        block_offset, body_offset, body_len, body_hash = self._checked_row(event_id, *rows[0])
         with self._lock:
             return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
 
@@ -158,6 +166,8 @@ class Ledger:
                     return
                 for (event_id, table, direction, content_type, original, truncated,
                      block_offset, body_offset, body_len, body_hash) in batch:
+                    block_offset, body_offset, body_len, body_hash = self._checked_row(
+                        event_id, block_offset, body_offset, body_len, body_hash)
                     with self._lock:
                         data = self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
                     yield BodyRecord(event_id, table, direction, content_type, original, bool(truncated), data)
