@@ -53,7 +53,6 @@ cdef extern from "index_scan.h" nogil:
         size_t start
         size_t cap
         size_t filled
-        int overflow
         int rc
         char err[256]
     int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
@@ -171,9 +170,7 @@ cdef dict _scan_sequential(_Scan scan, size_t count):
 
 cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int readers):
     """Every row, by rowid ranges that `readers` readers take in turn (see
-    capsem_index_scan_body_ranges), in rowid order; None when a range held more rows than
-    the first snapshot allows (a writer changed existing rows meanwhile: the caller then
-    scans on one connection)."""
+    capsem_index_scan_body_ranges), in rowid order."""
     cdef int n = min(readers * RANGES_PER_READER, max(readers, <int>(count // (PARALLEL_MIN_ROWS // 4 or 1))))
     cdef capsem_body_range *ranges = <capsem_body_range *>malloc(n * sizeof(capsem_body_range))
     cdef capsem_body_rows rows
@@ -192,7 +189,8 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
             ranges[k].lo = a
             ranges[k].hi = b
             ranges[k].start = total
-            # At most one row per rowid (the caller splits only when rowids are dense).
+            # At most one row per rowid, in any snapshot (the caller splits only when rowids
+            # are dense, so these caps add up to at most twice the row count).
             ranges[k].cap = <size_t>(b - a + 1)
             total += ranges[k].cap
         arrays = _body_arrays(total)
@@ -203,9 +201,6 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
             for k in range(n):
                 if ranges[k].rc != SQLITE_OK:
                     raise _index_error(scan.path, b"read", ranges[k].err)
-        for k in range(n):
-            if ranges[k].overflow:
-                return None
         if all(ranges[k].filled == ranges[k].cap for k in range(n)):
             return arrays
         keep = np.concatenate([np.arange(ranges[k].start, ranges[k].start + ranges[k].filled, dtype=np.intp)
@@ -225,10 +220,10 @@ def scan_bodies(db_path, *, int threads=0):
     The first connection's read transaction fixes the row count and the rowid bounds and
     stays open throughout; the others read rows with rowids within those bounds. A ledger's
     body index is append-only (new rows take larger rowids), so every range reads the
-    first snapshot's rows; if a range ever holds more rows than that snapshot allows, the
-    scan is redone on the first connection alone. Rowids spread over more than twice the
-    row count (hand-edited or hostile indexes) are scanned on one connection, so the arrays
-    are never sized by the rowid span."""
+    first snapshot's rows (an index rewritten in place while it is scanned could mix
+    snapshots; a ledger's never is). Rowids spread over more than twice the row count
+    (hand-edited or hostile indexes) are scanned on one connection, so the arrays are
+    never sized by the rowid span."""
     cdef _Scan scan = _Scan(db_path)
     cdef size_t count = <size_t>scan.count(b"event_body_blobs")
     cdef int64_t lo = 0, hi = 0

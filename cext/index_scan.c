@@ -215,19 +215,10 @@ static void scan_range(sqlite3 *db, sqlite3_stmt *st, capsem_body_rows *rows, ca
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, g->lo);
     sqlite3_bind_int64(st, 2, g->hi);
-    int rc = fill_bodies(db, st, rows, g->start, g->start + g->cap, &filled, &done, g->err, sizeof g->err);
+    /* cap is the range's rowid count: rowids are unique, so a full range has no more rows
+     * in any snapshot. */
+    g->rc = fill_bodies(db, st, rows, g->start, g->start + g->cap, &filled, &done, g->err, sizeof g->err);
     g->filled = filled - g->start;
-    /* A full range may still end exactly at cap: one more step tells. */
-    if (rc == SQLITE_OK && !done) {
-        int more = sqlite3_step(st);
-        if (more == SQLITE_ROW) {
-            g->overflow = 1;
-        } else if (more != SQLITE_DONE) {
-            rc = more;
-            copy_err(db, rc, g->err, sizeof g->err);
-        }
-    }
-    g->rc = rc;
 }
 
 static void *range_reader_main(void *arg) {
@@ -265,7 +256,6 @@ int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_bod
     int started[CAPSEM_INDEX_MAX_THREADS] = {0};
     for (int k = 0; k < n; k++) {
         ranges[k].filled = 0;
-        ranges[k].overflow = 0;
         ranges[k].err[0] = 0;
         /* Untaken until a reader scans it (every range is, by the caller's reader at least). */
         ranges[k].rc = SQLITE_MISUSE;

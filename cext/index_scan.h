@@ -39,14 +39,13 @@ int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, 
                               size_t errlen);
 
 /* One slice of a parallel body scan: rows with rowid in [lo, hi] go to array slots
- * [start, start + cap). filled is how many did; overflow is set when the range held more
- * rows than cap (the caller then scans again on one connection). */
+ * [start, start + cap), cap = hi - lo + 1 (rowids are unique, so they always fit); filled
+ * is how many there were. */
 #define CAPSEM_INDEX_MAX_THREADS 16
 typedef struct {
     int64_t lo, hi;
     size_t start, cap;
     size_t filled;
-    int overflow;
     int rc;
     char err[256];
 } capsem_body_range;
