@@ -8,6 +8,7 @@ the finding, its wording and the exit code.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,94 @@ def test_only_the_first_five_problems_print_then_a_count(ledger: Path, capsys) -
     overlap = [line for line in lines if "starts inside the block" in line]
     assert len(overlap) <= 5
     assert lines[-1].startswith("  ... and ") and lines[-1].endswith(" more")
+
+
+# --- hostile values in the index (every value bounded before any sum) ----------------------------
+
+I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
+MIB16 = 16 << 20
+
+
+def forge(db: Path, statement: str, params: tuple = ()) -> None:
+    """Write values the schema's CHECK constraints would refuse: a hostile file need not obey them."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute(statement, params)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("body_offset", "body_len"), [
+    (I64_MAX, 1), (1, I64_MAX), (I64_MAX, I64_MAX), (I64_MIN, 0), (-1, 10), (0, -1), (5, I64_MIN),
+    (MIB16 + 1, 0), (0, MIB16 + 1)])
+def test_a_span_outside_any_blocks_raw_bytes_is_found_without_wrapping(ledger: Path, capsys, body_offset: int,
+                                                                      body_len: int) -> None:
+    forge(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
+                  "WHERE id = (SELECT MIN(id) FROM event_body_blobs)", (body_offset, body_len, body_len))
+    report = check_ledger(ledger, verify_bodies=True)
+    archive = report.checks["body_archive"]
+    assert [(f.code, f.count) for f in archive.findings] == [("span_out_of_range", 1)]
+    assert archive.findings[0].message == (
+        f"1 bodies record a span no block can hold (body_offset and body_len must each lie in 0..{MIB16}, "
+        "a block's most raw bytes)")
+    assert not report.sound and report.checks["verify_bodies"].status == "skipped"
+    code, out, err = run_cli(capsys, "--db", str(ledger))
+    assert (code, err) == (1, "")
+
+
+def test_a_span_at_the_bounds_still_runs_past_its_blocks_raw_bytes(ledger: Path) -> None:
+    forge(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
+                  "WHERE id = (SELECT MIN(id) FROM event_body_blobs)", (MIB16, MIB16, MIB16))
+    archive = check_ledger(ledger).checks["body_archive"]
+    assert [(f.code, f.count) for f in archive.findings] == [("body_past_raw_len", 1)]
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("raw_len", I64_MAX, f"records raw_len {I64_MAX}, outside 0..{MIB16} (a block's most raw bytes)"),
+    ("raw_len", -1, f"records raw_len -1, outside 0..{MIB16} (a block's most raw bytes)"),
+    ("raw_len", MIB16 + 1, f"records raw_len {MIB16 + 1}, outside 0..{MIB16} (a block's most raw bytes)"),
+    ("disk_len", I64_MAX, f"records disk_len {I64_MAX}, outside 0..{check.MAX_EXTENT_BYTES}"),
+    ("disk_len", I64_MIN, f"records disk_len {I64_MIN}, outside 0..{check.MAX_EXTENT_BYTES}"),
+])
+def test_a_block_length_out_of_bounds_is_found_and_takes_no_part_in_sums(ledger: Path, column: str, value: int,
+                                                                        message: str) -> None:
+    (first, _, d1), (second, _, d2) = blocks(ledger)
+    forge(ledger, f"UPDATE body_blocks SET {column} = ? WHERE block_offset = ?", (value, first))
+    report = check_ledger(ledger, verify_bodies=True)
+    archive = report.checks["body_archive"]
+    codes = [f.code for f in archive.findings]
+    assert codes[0] == "block_out_of_range" and archive.findings[0].message == f"block at offset {first} {message}"
+    # The other block is still checked, and the end is computed from the rows in bounds.
+    assert "block_overlap" not in codes and "archive_short" not in codes
+    assert archive.counts["blocks_end"] == second + d2 and archive.counts["extents_walked"] == 1
+    assert not report.sound and report.checks["verify_bodies"].status == "skipped"
+
+
+@pytest.mark.parametrize(("offset", "where"), [(I64_MAX, "beyond the end of any archive"),
+                                               (-1, "before the start of session.bodies"),
+                                               (I64_MIN, "before the start of session.bodies")])
+def test_a_block_offset_out_of_bounds_is_found_not_wrapped(ledger: Path, capsys, offset: int, where: str) -> None:
+    second = blocks(ledger)[1][0]
+    forge(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (offset, second))
+    forge(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (offset, second))
+    archive = check_ledger(ledger).checks["body_archive"]
+    assert [f.message for f in archive.findings] == [
+        f"block at offset {offset} starts {where} (block offsets lie in 0..{check.MAX_EXTENT_BYTES})"]
+    code, _, err = run_cli(capsys, "--db", str(ledger), "--verify-bodies", "--json")
+    assert (code, err) == (1, "")
+
+
+def test_a_block_offset_in_bounds_but_past_the_file_is_a_short_archive(ledger: Path, capsys) -> None:
+    second, _, d2 = blocks(ledger)[1]
+    far = check.MAX_EXTENT_BYTES - d2
+    forge(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (far, second))
+    forge(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (far, second))
+    size = bodies_of(ledger).stat().st_size
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert code == 1
+    assert (f"  session.bodies is {size} bytes but its last recorded block ends at {check.MAX_EXTENT_BYTES}"
+            in archive_lines(out))
 
 
 # --- --verify-bodies ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 from capsem_core.format import (
     FILE_HEADER_BYTES,
+    MAX_BLOCK_RAW_BYTES,
     ArchiveError,
     BadBlockHeader,
     BadSegment,
@@ -59,6 +60,9 @@ MODEL_NULL_CHECKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("NULL request_body_preview", "request_body_preview IS NULL", ("request_body_preview",)),
 )
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# The largest block offset or extent length the archive check does arithmetic on: any two
+# add up without wrapping int64, and no archive comes near it. A larger value is a finding.
+MAX_EXTENT_BYTES = (1 << 62) - 1
 # How long to wait for a writer's lock before calling the ledger locked.
 BUSY_TIMEOUT_S = 2.0
 QUICK_CHECK_LINES_SHOWN = 10
@@ -325,11 +329,18 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
 
     from capsem_core import _index
 
-    index = _BodyIndex(_index.scan_blocks(db_path), _index.scan_bodies(db_path))
-    k_off, k_raw, k_disk = (index.blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
-    b_blk, b_off, b_len = (index.bodies[k] for k in ("block_offset", "body_offset", "body_len"))
-    k_end = k_off + k_disk
-    blocks_end = int(k_end.max()) if len(k_off) else 0
+    blocks = _index.scan_blocks(db_path)
+    bodies = _index.scan_bodies(db_path)
+    index = _BodyIndex(blocks, bodies)
+    k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
+    b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
+
+    # Every value is bounded before numpy adds it to another, so no sum can wrap int64: a
+    # block row out of bounds is its own finding and takes no part in the sums and walks below.
+    sane = _check_block_rows(k_off, k_raw, k_disk, result)
+    s_off, s_disk = k_off[sane], k_disk[sane]
+    s_end = s_off + s_disk
+    blocks_end = int(s_end.max()) if len(s_off) else 0
     result.counts.update(bodies=int(len(b_blk)), blocks=int(len(k_off)), blocks_end=blocks_end,
                          archive_bytes=None, extents_walked=0)
 
@@ -342,23 +353,30 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
     if dangling:
         result.add(Finding("dangling_block", ERROR,
                            f"{dangling} bodies name a block body_blocks does not record", count=dangling))
-    overruns = int(np.count_nonzero(b_off[recorded] + b_len[recorded] > k_raw[slot[recorded]]))
+    in_bounds = (b_off >= 0) & (b_off <= MAX_BLOCK_RAW_BYTES) & (b_len >= 0) & (b_len <= MAX_BLOCK_RAW_BYTES)
+    stray = int(len(b_blk) - np.count_nonzero(in_bounds))
+    if stray:
+        result.add(Finding("span_out_of_range", ERROR,
+                           f"{stray} bodies record a span no block can hold (body_offset and body_len must "
+                           f"each lie in 0..{MAX_BLOCK_RAW_BYTES}, a block's most raw bytes)", count=stray))
+    fits = recorded & in_bounds
+    overruns = int(np.count_nonzero(b_off[fits] + b_len[fits] > k_raw[slot[fits]]))
     if overruns:
         result.add(Finding("body_past_raw_len", ERROR,
                            f"{overruns} bodies run past the end of their block's raw bytes", count=overruns))
 
     # The blocks against each other: none may start inside the file header or inside the
     # extent of the block before it (the doctor does not look at this).
-    for i in np.flatnonzero(k_off < FILE_HEADER_BYTES).tolist():
-        off = int(k_off[i])
+    for i in np.flatnonzero(s_off < FILE_HEADER_BYTES).tolist():
+        off = int(s_off[i])
         result.add(Finding("block_in_file_header", ERROR,
                            f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
                            location={"block_offset": off}))
-    for i in (np.flatnonzero(k_off[1:] < k_end[:-1]) + 1).tolist():
-        off, prev = int(k_off[i]), int(k_off[i - 1])
+    for i in (np.flatnonzero(s_off[1:] < s_end[:-1]) + 1).tolist():
+        off, prev = int(s_off[i]), int(s_off[i - 1])
         result.add(Finding("block_overlap", ERROR,
                            f"block at offset {off} starts inside the block at offset {prev}, "
-                           f"which ends at {int(k_end[i - 1])}",
+                           f"which ends at {int(s_end[i - 1])}",
                            location={"block_offset": off}))
 
     # The file against the index.
@@ -393,17 +411,47 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
         return index
     except OSError as exc:
         raise LedgerError(f"cannot read: {exc.strerror}", bodies_path) from None
-    _walk_extents(index, bodies_path, result)
+    _walk_extents(index, sane, bodies_path, result)
     index.archive_sound = result.findings_total == 0
     return index
 
 
-def _walk_extents(index: _BodyIndex, bodies_path: Path, result: CheckResult) -> None:
-    """Every recorded extent must be a well-formed segment chain ending exactly at its
-    ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
+def _check_block_rows(k_off: Any, k_raw: Any, k_disk: Any, result: CheckResult) -> Any:
+    """A finding for every body_blocks value outside its bounds; returns the mask of rows
+    within them. A block holds at most MAX_BLOCK_RAW_BYTES raw bytes; an offset or extent
+    length must lie in 0..MAX_EXTENT_BYTES, so any offset plus length fits in int64 (a value
+    in bounds but past the file's end is found against the file's size, not here)."""
+    import numpy as np
+
+    bad_off = (k_off < 0) | (k_off > MAX_EXTENT_BYTES)
+    bad_raw = (k_raw < 0) | (k_raw > MAX_BLOCK_RAW_BYTES)
+    bad_disk = (k_disk < 0) | (k_disk > MAX_EXTENT_BYTES)
+    bad = bad_off | bad_raw | bad_disk
+    for i in np.flatnonzero(bad).tolist():
+        off = int(k_off[i])
+        if bad_off[i]:
+            where = "before the start of session.bodies" if off < 0 else "beyond the end of any archive"
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} starts {where} (block offsets lie in 0..{MAX_EXTENT_BYTES})",
+                               location={"block_offset": off}))
+        if bad_raw[i]:
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} records raw_len {int(k_raw[i])}, outside "
+                               f"0..{MAX_BLOCK_RAW_BYTES} (a block's most raw bytes)",
+                               location={"block_offset": off}))
+        if bad_disk[i]:
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} records disk_len {int(k_disk[i])}, outside "
+                               f"0..{MAX_EXTENT_BYTES}", location={"block_offset": off}))
+    return ~bad
+
+
+def _walk_extents(index: _BodyIndex, sane: Any, bodies_path: Path, result: CheckResult) -> None:
+    """Every recorded extent within bounds must be a well-formed segment chain ending exactly
+    at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
     from capsem_core import _archive
 
-    k_off, k_raw, k_disk = (index.blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
+    k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
     walked = 0
     with _archive.ArchiveReader(bodies_path) as reader:
         for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
