@@ -18,6 +18,7 @@ from capsem_core import check
 from capsem_core.check import check_ledger
 from capsem_core.format import SEGMENT_HEADER_BYTES, unpack_segment_header
 from capsem_core.sample import write_sample_ledger
+from capsem_core.writer import Body, LedgerWriter
 
 
 def blocks(db: Path) -> list[tuple[int, int, int]]:
@@ -215,6 +216,94 @@ def test_only_the_first_five_problems_print_then_a_count(ledger: Path, capsys) -
     overlap = [line for line in lines if "starts inside the block" in line]
     assert len(overlap) <= 5
     assert lines[-1].startswith("  ... and ") and lines[-1].endswith(" more")
+
+
+# --- a live writer (the index only grows: bodies are read first, then blocks, then the file) -----
+
+class Flusher:
+    """A writer beside the check that commits one more body each time it is called; every
+    other call also closes the open block (its clock jumps past the block age), so flushes
+    both grow a block and start new ones."""
+
+    def __init__(self, directory: Path) -> None:
+        self.now = 1.79e9
+        self.writer = LedgerWriter(directory, clock=lambda: self.now)
+        self.flushes = 0
+
+    def __call__(self) -> None:
+        self.flushes += 1
+        self.writer.insert("net_events", {"timestamp": "2025-06-02T09:02:00Z", "domain": "pypi.org",
+                                          "decision": "allowed"},
+                           [Body("request", b"flushed while checking %d " % self.flushes * 50, "http.request")])
+        if self.flushes % 2 == 0:
+            self.now += 3601
+        self.writer.flush()
+
+
+@pytest.mark.parametrize("where", ["before the body scan", "between the body and block scans",
+                                   "after the block scan", "before verify maps the archive", "everywhere"])
+def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Path, monkeypatch, where: str) -> None:
+    from capsem_core import _archive, _index
+
+    flush = Flusher(ledger.parent)
+    scan_bodies, scan_blocks, verify_bodies = _index.scan_bodies, _index.scan_blocks, _archive.verify_bodies
+    everywhere = where == "everywhere"
+
+    def bodies(db, **kw):
+        if everywhere or where == "before the body scan":
+            flush()
+        out = scan_bodies(db, **kw)
+        if everywhere or where == "between the body and block scans":
+            flush()
+        return out
+
+    def blocks_(db):
+        out = scan_blocks(db)
+        if everywhere or where == "after the block scan":
+            flush()
+        return out
+
+    def verify(*args, **kw):
+        if everywhere or where == "before verify maps the archive":
+            flush()
+        return verify_bodies(*args, **kw)
+
+    monkeypatch.setattr(_index, "scan_bodies", bodies)
+    monkeypatch.setattr(_index, "scan_blocks", blocks_)
+    monkeypatch.setattr(_archive, "verify_bodies", verify)
+    try:
+        for _ in range(3):
+            report = check_ledger(ledger, verify_bodies=True)
+            assert report.sound, [f.message for c in report.checks.values() for f in c.findings]
+            assert report.checks["verify_bodies"].counts["verified"] == report.checks["body_archive"].counts["bodies"]
+    finally:
+        monkeypatch.undo()
+        flush.writer.close()
+    assert flush.flushes >= 3
+    assert check_ledger(ledger, verify_bodies=True).checks["verify_bodies"].counts["verified"] == 12 + flush.flushes
+
+
+def test_the_sql_checks_read_one_snapshot_while_a_writer_commits(ledger: Path, monkeypatch) -> None:
+    # A tool call committed after the row counts were taken must not show up in a later check
+    # as unanswered (one read transaction for every SQL check).
+    count_tables = check._check_tables
+
+    def count_then_commit(*args):
+        out = count_tables(*args)
+        with LedgerWriter(ledger.parent) as w:
+            w.insert("tool_calls", {"timestamp": "2025-06-02T09:03:00Z", "model_call_id": 1, "provider": "anthropic",
+                                    "status": "requested", "call_index": 9, "call_id": "toolu_late",
+                                    "tool_name": "bash", "origin": "native", "decision": "allowed",
+                                    "duration_ms": 1, "trace_id": "trace-0001"})
+        return out
+
+    monkeypatch.setattr(check, "_check_tables", count_then_commit)
+    report = check_ledger(ledger)
+    lifecycle = report.checks["tool_lifecycle"]
+    assert lifecycle.counts["tool_calls"] == report.checks["tables"].counts["tool_calls"] == 3
+    assert lifecycle.counts["calls_without_responses"] == 0 and report.checks["tool_usage"].counts["tool_calls"] == 3
+    monkeypatch.undo()
+    assert check_ledger(ledger).checks["tool_lifecycle"].counts["calls_without_responses"] == 1
 
 
 # --- hostile values in the index (every value bounded before any sum) ----------------------------

@@ -329,8 +329,15 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
 
     from capsem_core import _index
 
-    blocks = _index.scan_blocks(db_path)
+    # A live writer may commit between any two of the reads below, and each read is its own
+    # snapshot. The body index only grows: rows are added (or replaced under new ids) and a
+    # block's extent and raw_len only grow, and a writer syncs a segment before committing
+    # the rows that name it. So read the bodies first, then the blocks, then the archive's
+    # size (and map it for --verify-bodies only after that): every body then names a block
+    # recorded at least as late as itself, whose extent holds it and lies inside the file.
+    # The other order sees a flush's bodies without its blocks: false damage.
     bodies = _index.scan_bodies(db_path)
+    blocks = _index.scan_blocks(db_path)
     index = _BodyIndex(blocks, bodies)
     k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
     b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
@@ -666,16 +673,25 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                       progress: ProgressCallback | None) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
-    _refuse_other_builds(conn, db_path)
-    tables = _table_names(conn)
-    row_counts = _check_tables(conn, tables, checks["tables"])
-    index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"])
-    _check_fs_overflow(conn, tables, checks["fs_overflow"])
-    _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
-    _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
-    _check_null_fields(conn, tables, row_counts, checks["null_fields"])
-    _check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
-    _check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+    # The SQL checks share one read transaction: a writer committing meanwhile cannot make
+    # one count disagree with another (a response counted whose call was not, a total below
+    # its part). The body archive reads its own snapshots in the order it explains; the
+    # transaction ends before --verify-bodies, so a long verify keeps no snapshot open.
+    conn.execute("BEGIN")
+    try:
+        _refuse_other_builds(conn, db_path)
+        tables = _table_names(conn)
+        row_counts = _check_tables(conn, tables, checks["tables"])
+        index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"])
+        _check_fs_overflow(conn, tables, checks["fs_overflow"])
+        _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
+        _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
+        _check_null_fields(conn, tables, row_counts, checks["null_fields"])
+        _check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
+        _check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
     verify = checks["verify_bodies"]
     if not report.verify_bodies:
         verify.skip("not requested (--verify-bodies reads every body back through its hash)")
