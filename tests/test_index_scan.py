@@ -211,3 +211,16 @@ def test_body_hash_decoding_takes_lower_case_hex_pairs_only(text, ok):
     assert (got is not None) == ok
     if ok:
         assert got == bytes.fromhex(text[7:])
+
+
+def test_every_byte_value_at_every_digit_position_decodes_or_is_refused_like_the_rule():
+    base = bytes.fromhex("00112233445566778899aabbccddeeff" * 2).hex().encode()
+    lower_hex = set(b"0123456789abcdef")
+    for position in range(64):
+        for value in range(256):
+            text = b"blake3:" + base[:position] + bytes([value]) + base[position + 1:]
+            got = _index.parse_body_hash(text)
+            if value in lower_hex:
+                assert got == bytes.fromhex(text[7:].decode()), (position, value)
+            else:
+                assert got is None, (position, value)
