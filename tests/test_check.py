@@ -19,6 +19,7 @@ import pytest
 
 from capsem_core import check, cli, sessions
 from capsem_core.check import check_ledger
+from capsem_core.format import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
 
 # --- builders (shared with test_check_archive.py) -------------------------------------------------
@@ -276,6 +277,46 @@ def test_missing_or_unusable_paths_are_one_line_errors_naming_them(tmp_path: Pat
     code, out, err = run_cli(capsys, "--db", str(target))
     assert (code, out) == (1, "")
     assert err == f"capsem-ledger check: {target}: {expected}\n"
+
+
+@pytest.mark.parametrize("link", ["session directory", "session.db", "session.bodies"])
+def test_db_through_a_symlink_is_refused_in_one_line_naming_the_link(ledger: Path, tmp_path: Path, capsys,
+                                                                    link: str) -> None:
+    real = ledger.parent
+    linked = tmp_path / "linked"
+    if link == "session directory":
+        linked.symlink_to(real, target_is_directory=True)
+        named = linked
+    else:
+        linked.mkdir()
+        for name in ("session.db", "session.bodies"):
+            if name == link:
+                (linked / name).symlink_to(real / name)
+            else:
+                shutil.copyfile(real / name, linked / name)
+        named = linked / link
+    before = sorted(os.listdir(real))
+    code, out, err = run_cli(capsys, "--db", str(linked / "session.db"), "--verify-bodies")
+    assert (code, out) == (1, "")
+    assert err == f"capsem-ledger check: {named}: refusing a {link} that is a symbolic link\n"
+    if link != "session.bodies":   # the API reports a linked archive as a finding instead
+        with pytest.raises(SymlinkRefused) as info:
+            check_ledger(linked / "session.db")
+        assert info.value.path == named
+    assert sorted(os.listdir(real)) == before   # nothing opened: no -wal/-shm beside the target
+
+
+def test_a_session_whose_archive_is_a_symlink_is_refused_in_one_line(ledger: Path, tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    session = tmp_path / "home" / "run" / "sessions" / "0a1b2c3d4e5f"
+    session.mkdir(parents=True)
+    shutil.copyfile(ledger, session / "session.db")
+    (session / "session.bodies").symlink_to(ledger.with_suffix(".bodies"))
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
+    code, out, err = run_cli(capsys, "0a1b2c3d4e5f")
+    assert (code, out) == (1, "")
+    assert err == f"capsem-ledger check: {session / 'session.bodies'}: refusing a session.bodies that is a symbolic link\n"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")

@@ -472,12 +472,13 @@ def test_the_progress_bar_draws_bytes_bodies_and_speed_on_a_terminal(tmp_path: P
     assert "MB" in text
 
 
-def test_an_archive_that_is_a_symlink_is_refused_as_a_finding(ledger: Path, tmp_path: Path, capsys) -> None:
+def test_an_archive_that_is_a_symlink_is_a_finding_of_the_report_and_never_read(ledger: Path,
+                                                                                tmp_path: Path) -> None:
     archive = bodies_of(ledger)
     elsewhere = tmp_path / "elsewhere.bodies"
     archive.rename(elsewhere)
     archive.symlink_to(elsewhere)
-    code, out, err = run_cli(capsys, "--db", str(ledger))
-    assert (code, err) == (1, "")
-    assert ("  session.bodies is a symbolic link; a ledger's archive must be a regular file beside session.db"
-            in archive_lines(out))
+    report = check_ledger(ledger, verify_bodies=True)
+    assert [f.message for f in report.checks["body_archive"].findings] == [
+        "session.bodies is a symbolic link; a ledger's archive must be a regular file beside session.db"]
+    assert not report.sound and report.checks["verify_bodies"].status == "skipped"

@@ -34,6 +34,7 @@ from capsem_core.format import (
     BadBlockHeader,
     BadSegment,
     LedgerError,
+    SymlinkRefused,
     TruncatedBlock,
     UnsupportedCodec,
     archive_path_for,
@@ -221,6 +222,23 @@ def _worse(a: str, b: str) -> str:
 
 
 # --- opening the ledger ---------------------------------------------------------------------
+
+def _refuse_symlinks(db_path: Path, *, archive: bool) -> None:
+    """Refuse a ledger reached through a symbolic link, as ``Ledger`` and the sessions
+    resolver do: the session directory (the parent as given, not resolved), session.db and,
+    with ``archive``, session.bodies. Nothing is opened first, so a refusal leaves the disk
+    as it was (no -wal/-shm sidecars beside a link's target)."""
+    paths = [(db_path.parent, "session directory"), (db_path, "session.db")]
+    if archive:
+        paths.append((archive_path_for(db_path), "session.bodies"))
+    for path, what in paths:
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            continue   # missing or unreadable: the open that follows names the problem
+        if link:
+            raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
+
 
 def _open_read_only(db_path: Path) -> sqlite3.Connection:
     """A read-only connection to ``db_path`` after making sure it is a readable SQLite file.
@@ -624,8 +642,9 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     """Run every check on the ledger whose ``session.db`` is ``db_path``.
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
-    unreadable, locked, not SQLite, or written by another build. A damaged ledger is not an
-    error: it is a report whose ``sound`` is False.
+    unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
+    session.db or its directory is a symbolic link. A damaged ledger is not an error: it is a
+    report whose ``sound`` is False.
     """
     db_path = Path(db_path)
     bodies_path = archive_path_for(db_path)
@@ -633,6 +652,9 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
                          rows=rows, verify_bodies=verify_bodies,
                          checks={name: CheckResult(name, title) for name, title in CHECKS})
     checks = report.checks
+    # A symlinked session.bodies stays a finding of the report (it is never read through);
+    # the CLI refuses it up front.
+    _refuse_symlinks(db_path, archive=False)
     conn = _open_read_only(db_path)
     pages_conn = _open_read_only(db_path)
     # quick_check is one long single-threaded pass over every page; the other checks run
@@ -1042,6 +1064,7 @@ def run_check(args: argparse.Namespace) -> int:
             return _error(exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc), err_colour)
         db_path = ref.db_path
 
+    _refuse_symlinks(Path(db_path), archive=True)
     bar = VerifyProgressBar() if args.verify_bodies and sys.stderr.isatty() else None
     try:
         report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar)
