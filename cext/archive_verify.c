@@ -2,12 +2,12 @@
  *
  * Work is split by block: the bodies of one block (a run of the archive-ordered index) are
  * verified by one worker with its own cursor, so each segment is inflated once. A block is
- * inflated only as far as its last referenced span needs, as Capsem's doctor does. A block
- * whose committed extent ends with a FINAL segment may instead be inflated in one libdeflate
- * call (its segments' payloads joined are one raw-deflate stream); every segment hash is
- * then checked on its raw slice, and any failure falls back to the streaming cursor, which
- * names the exact failing segment. Outcomes are written per body into caller arrays at
- * fixed indices, so results do not depend on the number of threads. */
+ * inflated only as far as its last referenced span needs, as Capsem's doctor does. With
+ * libdeflate (about three times zlib's streaming inflate here) each deflate segment is
+ * inflated by its own call with the streaming reader's per-segment checks, and every
+ * segment hash is checked on its raw slice; any failure falls back to the streaming cursor
+ * (zlib / zstd), which names the exact failing segment. Outcomes are written per body into
+ * caller arrays at fixed indices, so results do not depend on the number of threads. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -25,9 +25,12 @@
 /* Bodies per batch: every row naming a span hashed in the batch (rows share spans when
  * the writer deduplicated their bodies). */
 #define MEMBER_BATCH (4 * HASH_BATCH)
-/* The one-call path copies a block's payloads into one buffer; beyond these it streams. */
-#define FAST_MAX_COMP (32u << 20)
+/* Segment hashes checked together (hash_many spreads short segments over SIMD lanes). */
 #define FAST_MAX_SEGMENTS 4096
+/* The deflate window: the raw bytes a segment's matches may reach back into. */
+#define DICT_MAX 32768u
+/* A stored block header in a byte-aligned position: BFINAL/BTYPE byte, LEN, NLEN. */
+#define STORED_HEAD 5u
 
 /* Workers sit side by side in one array: each starts on its own cache line, so one
  * worker's writes to its batch never invalidate the line holding its neighbour's fields. */
@@ -114,50 +117,103 @@ static size_t find_block(const capsem_verify_spec *s, int64_t off) {
     return (lo < s->nblocks && s->blk_offset[lo] == off) ? lo : (size_t)-1;
 }
 
-/* One libdeflate call over a closed block. Returns the raw length it holds, or -1 when the
- * block must take the streaming path (not closed within its extent, too large, or any
- * check failed: the streaming path then names the failure). */
-static int64_t inflate_whole(worker *w, uint64_t blk, uint64_t disk_len) {
-    const capsem_verify_spec *s = &w->job->spec;
-    capsem_extent ext;
-    capsem_error e;
-    if (capsem_walk_extent(s->base, s->size, blk, disk_len, &ext, &e) != CAPSEM_OK) return -1;
-    if (ext.codec != CAPSEM_CODEC_DEFLATE || !ext.final || ext.segments > FAST_MAX_SEGMENTS) return -1;
-    /* The walk bounded every header and payload inside [blk, blk + disk_len) <= size. */
-    uint64_t at = blk + CAPSEM_BLOCK_HEADER_BYTES, comp_total = 0;
-    size_t nseg = 0;
-    /* One segment: its payload is the whole stream, read in place. More: the payloads are
-     * joined (their headers sit between them in the file). */
-    const uint8_t *stream = ext.segments == 1 ? s->base + at + CAPSEM_SEGMENT_HEADER_BYTES : NULL;
-    while (nseg < ext.segments) {
-        const uint8_t *h = s->base + at;
-        uint32_t raw_start = capsem_le32(h + 8), raw_len = capsem_le32(h + 12), comp_len = capsem_le32(h + 16);
-        if (comp_total + comp_len > FAST_MAX_COMP) return -1;
-        if (!stream) {
-            if (!grow(&w->comp, &w->comp_cap, comp_total + comp_len + 1)) return -1;
-            memcpy(w->comp + comp_total, h + CAPSEM_SEGMENT_HEADER_BYTES, comp_len);
-        }
-        comp_total += comp_len;
-        w->seg_start[nseg] = raw_start;
-        w->seg_len[nseg] = raw_len;
-        w->seg_hash[nseg] = h + 20;
-        nseg++;
-        at += CAPSEM_SEGMENT_HEADER_BYTES + comp_len;
-    }
-    if (!grow(&w->raw, &w->raw_cap, ext.raw_len + 1)) return -1;
-    if (!w->ld) {
-        w->ld = libdeflate_alloc_decompressor();
-        if (!w->ld) return -1;
-    }
-    size_t in_used = 0, out_used = 0;
-    enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, stream ? stream : w->comp, comp_total, w->raw,
-                                                                ext.raw_len, &in_used, &out_used);
-    if (r != LIBDEFLATE_SUCCESS || in_used != comp_total || out_used != ext.raw_len) return -1;
+/* Compares the hashes of the last nseg segments inflated (their raw slices of w->raw). */
+static int segment_hashes_match(worker *w, size_t nseg) {
     capsem_blake3_hash_many(w->raw, w->seg_start, w->seg_len, nseg, w->seg_out);
     for (size_t k = 0; k < nseg; k++) {
-        if (memcmp(w->seg_out + 32 * k, w->seg_hash[k], 32) != 0) return -1;
+        if (memcmp(w->seg_out + 32 * k, w->seg_hash[k], 32) != 0) return 0;
     }
-    return (int64_t)ext.raw_len;
+    return 1;
+}
+
+/* The block at blk inflated segment by segment, one libdeflate call each, until it holds
+ * `need` raw bytes or its FINAL segment is read (the segments the streaming cursor would
+ * read). Each call checks what the cursor checks of that segment: exactly raw_len bytes
+ * out, every compressed byte consumed, the stream ended iff FINAL; then every segment hash.
+ *
+ * libdeflate has no preset dictionary, but a raw-deflate stream may begin with a stored
+ * block, so segment k > 0 is inflated behind a non-final stored block holding the window
+ * (the last min(32 KiB, raw_start) raw bytes), written back over themselves in the block
+ * buffer. A non-final payload gets an empty final stored block appended: the whole input is
+ * consumed with a stream end only when the payload itself ends byte-aligned at a block
+ * boundary before any final block, which is exactly the state the cursor's inflater must be
+ * left in for the next segment to decode the same way. So success here means the cursor
+ * reads the same bytes, for every deflate stream zlib accepts (libdeflate also decodes a few
+ * constructs zlib refuses and no deflate writer emits: docs/reliability.md, F4). On any
+ * failure (0) the block takes the cursor, which names the failing segment. Returns 1 with
+ * *held (raw bytes verified) and *next (the file offset after the last segment read). */
+static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *held_out, uint64_t *next_out) {
+    static const uint8_t end_stored[5] = {0x01, 0x00, 0x00, 0xFF, 0xFF};
+    const capsem_verify_spec *s = &w->job->spec;
+    uint8_t codec = 0;
+    if (blk > s->size || s->size - blk < CAPSEM_BLOCK_HEADER_BYTES) return 0;
+    if (capsem_parse_block_header(s->base + blk, CAPSEM_BLOCK_HEADER_BYTES, &codec) != CAPSEM_OK) return 0;
+    if (codec != CAPSEM_CODEC_DEFLATE) return 0;
+    if (!w->ld) {
+        w->ld = libdeflate_alloc_decompressor();
+        if (!w->ld) return 0;
+    }
+    uint64_t at = blk + CAPSEM_BLOCK_HEADER_BYTES, held = 0;
+    size_t nseg = 0;
+    int final = 0;
+    while (held < need && !final) {
+        capsem_segment_header h;
+        if (at > s->size || s->size - at < CAPSEM_SEGMENT_HEADER_BYTES) return 0;
+        if (capsem_parse_segment_header(s->base + at, CAPSEM_SEGMENT_HEADER_BYTES, (uint32_t)held, &h) != CAPSEM_OK)
+            return 0;
+        uint64_t payload_at = at + CAPSEM_SEGMENT_HEADER_BYTES;
+        if (s->size - payload_at < h.comp_len) return 0;
+        const uint8_t *payload = s->base + payload_at;
+        final = (h.flags & CAPSEM_SEGMENT_FINAL) != 0;
+        if (!final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
+        /* held + raw_len <= 16 MiB by the header bounds. */
+        if (!grow(&w->raw, &w->raw_cap, held + h.raw_len + 1)) return 0;
+        size_t dict = held < DICT_MAX ? (size_t)held : DICT_MAX;
+        const uint8_t *in = payload;
+        size_t in_len = h.comp_len;
+        if (dict || !final) {
+            /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 5. */
+            if (!grow(&w->comp, &w->comp_cap, STORED_HEAD + dict + h.comp_len + sizeof end_stored)) return 0;
+            size_t n = 0;
+            if (dict) {
+                w->comp[0] = 0x00; /* BFINAL 0, BTYPE 00 (stored), then LEN and NLEN little-endian */
+                w->comp[1] = (uint8_t)dict;
+                w->comp[2] = (uint8_t)(dict >> 8);
+                w->comp[3] = (uint8_t)~dict;
+                w->comp[4] = (uint8_t)(~dict >> 8);
+                memcpy(w->comp + STORED_HEAD, w->raw + held - dict, dict);
+                n = STORED_HEAD + dict;
+            }
+            memcpy(w->comp + n, payload, h.comp_len);
+            n += h.comp_len;
+            if (!final) {
+                memcpy(w->comp + n, end_stored, sizeof end_stored);
+                n += sizeof end_stored;
+            }
+            in = w->comp;
+            in_len = n;
+        }
+        /* A stream that stops early (a final block inside a non-final payload) leaves input
+         * over; one that runs past its raw_len does not fit the output. */
+        size_t in_used = 0, out_used = 0;
+        enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, in, in_len, w->raw + held - dict,
+                                                                    dict + h.raw_len, &in_used, &out_used);
+        if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len) return 0;
+        if (nseg == FAST_MAX_SEGMENTS) {
+            if (!segment_hashes_match(w, nseg)) return 0;
+            nseg = 0;
+        }
+        w->seg_start[nseg] = held;
+        w->seg_len[nseg] = h.raw_len;
+        w->seg_hash[nseg] = s->base + at + 20;
+        nseg++;
+        held += h.raw_len;
+        at = payload_at + h.comp_len;
+    }
+    if (nseg && !segment_hashes_match(w, nseg)) return 0;
+    *held_out = held;
+    *next_out = at;
+    return 1;
 }
 
 /* Hashes the batch's distinct spans, then compares every member body's index digest with
@@ -216,35 +272,32 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
     }
 
     const uint8_t *raw = NULL;
-    int64_t whole = -1;
-    uint64_t whole_end = 0;
     size_t b = s->block_offset[lo] >= 0 ? find_block(s, s->block_offset[lo]) : (size_t)-1;
     if (b != (size_t)-1 && s->blk_disk_len[b] > 0) {
         /* The committed extent is read through once: ask for all of it now rather than page
          * by page as the inflater reaches it (a no-op when it is already cached). */
         will_need(s, blk, blk + (uint64_t)s->blk_disk_len[b]);
-        if (s->use_libdeflate && max_end > 0) {
-            whole = inflate_whole(w, blk, (uint64_t)s->blk_disk_len[b]);
-            whole_end = blk + (uint64_t)s->blk_disk_len[b];
-        }
     }
+    int fast = 0;
+    uint64_t fast_held = 0, fast_next = 0;
+    if (s->use_libdeflate && max_end > 0) fast = inflate_segments(w, blk, max_end, &fast_held, &fast_next);
 
     int failed = 0;
     uint64_t fail_at = 0;
     capsem_status fail_status = CAPSEM_OK;
     int32_t fail_err = -1;
-    if (whole >= 0) {
+    if (fast) {
         raw = w->raw;
-        /* A closed block holds exactly `whole` raw bytes: a span past it is out of range,
-         * as the streaming cursor reports once it meets the FINAL segment. */
-        if ((uint64_t)whole < max_end) {
+        /* Short of max_end only after the FINAL segment: a span past it is out of range, as
+         * the streaming cursor reports once it meets the FINAL segment. */
+        if (fast_held < max_end) {
             capsem_error e;
             memset(&e, 0, sizeof e);
             e.status = CAPSEM_E_RANGE;
             e.at = blk;
-            e.raw_done = (uint64_t)whole;
+            e.raw_done = fast_held;
             failed = 1;
-            fail_at = (uint64_t)whole;
+            fail_at = fast_held;
             fail_status = CAPSEM_E_RANGE;
             fail_err = record_error(job, &e);
         }
@@ -304,7 +357,7 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
         }
     }
     if (members) hash_batch(w, raw, spans, members);
-    drop_pages(s, blk, whole >= 0 ? whole_end : capsem_cursor_next_segment(w->cursor));
+    drop_pages(s, blk, fast ? fast_next : capsem_cursor_next_segment(w->cursor));
     atomic_fetch_add(&job->bytes_done, bytes);
     atomic_fetch_add(&job->bodies_done, hi - lo);
 }

@@ -20,7 +20,7 @@ typedef struct {
     /* The archive bytes (a fixed map: verification never looks past size). */
     const uint8_t *base;
     uint64_t size;
-    /* body_blocks, ordered by block_offset: lets closed blocks take the one-call path. */
+    /* body_blocks, ordered by block_offset: each run's committed extent is read ahead. */
     size_t nblocks;
     const int64_t *blk_offset;
     const int64_t *blk_disk_len;

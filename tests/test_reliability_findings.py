@@ -1,6 +1,5 @@
 """The reliability findings (docs/reliability.md, "Findings"), each kept as the test that
-reproduced it, now passing. F4 (archive_verify.c) joins them when its native fix lands;
-F6 is a note, not a defect.
+reproduced it, now passing. F6 is a note, not a defect.
 """
 
 from __future__ import annotations
@@ -8,9 +7,12 @@ from __future__ import annotations
 import contextlib
 import io
 import shutil
+import struct
 
+import archive_oracle as oracle
 import pytest
-from reliability_helpers import net_row, sql, tree_snapshot, write_tiny
+from blake3 import blake3
+from reliability_helpers import layout, net_row, sql, tree_snapshot, write_tiny
 
 from capsem_core import _index, cli
 from capsem_core import format as fmt
@@ -57,6 +59,35 @@ def test_F3_check_sees_no_damage_when_a_flush_lands_between_its_index_scans(tmp_
     writer.close()
     assert len(flushes) == 2
     assert report.sound, [f.message for c in report.checks.values() for f in c.findings]
+
+
+def test_F4_verify_bodies_agrees_with_the_reader_on_segments_that_do_not_inflate_to_their_raw_len(tmp_path):
+    """Move one raw byte from segment 0 to segment 1 of a closed block (raw_len/raw_start and
+    both hashes rewritten): the joined stream still inflates, but segment 0 inflates to more
+    than its raw_len, so Ledger.read_body and check --verify-bodies both refuse the block."""
+    now = [1.79e9]
+    with LedgerWriter(tmp_path, clock=lambda: now[0]) as w:
+        for i in range(2):
+            w.insert("net_events", net_row(f"{i:012x}"), bodies=[Body("request", b"body %d " % i * 40, "http.request")])
+            w.flush()
+        now[0] += 3601
+        w.flush()
+    p = tmp_path / "session.bodies"
+    data = bytearray(p.read_bytes())
+    s1, s2 = layout(bytes(data))[0].segments[:2]
+    raw = oracle.ArchiveOracle(p).read(16, 0, s1.raw_len + s2.raw_len)
+    r1 = s1.raw_len - 1
+    struct.pack_into("<I", data, s1.at + 12, r1)
+    data[s1.at + 20:s1.at + 52] = blake3(raw[:r1]).digest()
+    struct.pack_into("<II", data, s2.at + 8, r1, s2.raw_len + 1)
+    data[s2.at + 20:s2.at + 52] = blake3(raw[r1:]).digest()
+    p.write_bytes(bytes(data))
+    with Ledger(tmp_path) as ledger, pytest.raises(fmt.IntegrityError):
+        ledger.read_body("000000000000", "net_events", "request")
+    report = check_ledger(tmp_path / "session.db", verify_bodies=True)
+    assert not report.sound
+    damage = report.checks["verify_bodies"].findings
+    assert len(damage) == 2 and all("the segment inflates to more than" in f.message for f in damage), damage
 
 
 @pytest.mark.parametrize("link", ["session directory", "session.db"])

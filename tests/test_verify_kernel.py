@@ -7,9 +7,13 @@ import random
 import shutil
 import sqlite3
 import struct
+import zlib
 from pathlib import Path
 
+import archive_oracle as oracle
 import pytest
+from blake3 import blake3
+from reliability_helpers import layout, net_row
 
 from capsem_core import _archive, _index
 from capsem_core import format as fmt
@@ -267,3 +271,208 @@ def test_a_damaged_shared_span_fails_every_row_that_names_it(tmp_path):
     assert len(findings) > 200
     in_block = int((bodies["block_offset"] == blocks[0]).sum())
     assert findings and len(findings) <= in_block and {f[4] for f in findings} == {blocks[0]}
+
+
+# --- segments the one-call-per-segment libdeflate path must judge as the streaming reader does ---
+
+def _one_block_ledger(directory: Path, bodies: list[bytes]) -> Path:
+    """One closed deflate block at offset 16: a non-final segment per body (one flush each),
+    then the empty FINAL segment the writer closes it with."""
+    now = [1.79e9]
+    with LedgerWriter(directory, clock=lambda: now[0]) as w:
+        for i, body in enumerate(bodies):
+            w.insert("net_events", net_row(f"{i:012x}"), bodies=[Body("request", body, "http.request")])
+            w.flush()
+        now[0] += 3601
+        w.flush()
+    db = directory / "session.db"
+    assert [b.offset for b in layout(db.with_suffix(".bodies").read_bytes())] == [16]
+    return db
+
+
+def _block_raw(db: Path) -> bytes:
+    return oracle.ArchiveOracle(db.with_suffix(".bodies")).read(16, 0, sum(s.raw_len for s in _segs(db)))
+
+
+def _segs(db: Path) -> tuple:
+    return layout(db.with_suffix(".bodies").read_bytes())[0].segments
+
+
+def _rewrite_block(db: Path, segments: list[tuple[bool, bytes, bytes]]) -> None:
+    """Replace the block at 16 by segments (final, raw bytes, payload), each header's raw_start,
+    raw_len, comp_len and hash written to match; body_blocks follows."""
+    path = db.with_suffix(".bodies")
+    out = bytearray(path.read_bytes()[:24])   # file header, block header
+    start = 0
+    for final, raw, payload in segments:
+        out += struct.pack("<4sB3sIII", b"SGMT", int(final), b"\0\0\0", start, len(raw), len(payload))
+        out += blake3(raw).digest() + payload
+        start += len(raw)
+    path.write_bytes(bytes(out))
+    _sql(db, "UPDATE body_blocks SET disk_len = ?, raw_len = ? WHERE block_offset = 16", len(out) - 16, start)
+
+
+def _sync_payload(raw: bytes, window: bytes) -> bytes:
+    """raw deflated as a sync-flushed segment that continues a stream whose window is `window`."""
+    z = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=window[-32768:]) if window else zlib.compressobj(6, zlib.DEFLATED, -15)
+    return z.compress(raw) + z.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _reader_verdicts(db: Path) -> dict[int, type | None]:
+    """What ArchiveReader (the streaming reader, one cursor, as Ledger.read_body uses it) says of
+    every indexed body: None when it reads back verified, else the error's class."""
+    bodies = _index.scan_bodies(db)
+    verdicts: dict[int, type | None] = {}
+    with _archive.ArchiveReader(db.with_suffix(".bodies")) as reader:
+        for i in range(bodies["id"].shape[0]):
+            try:
+                reader.read_verified(int(bodies["block_offset"][i]), int(bodies["body_offset"][i]),
+                                     int(bodies["body_len"][i]), bytes(bodies["digest"][i]))
+                verdicts[int(bodies["id"][i])] = None
+            except fmt.LedgerError as exc:
+                verdicts[int(bodies["id"][i])] = type(exc)
+    return verdicts
+
+
+_KIND_CLASS = {**_archive._KIND_ERROR, "body_hash": fmt.BodyHashMismatch}
+
+
+@pytest.fixture(params=[(True, 1), (True, 2), (False, 1), (False, 2)], ids=lambda p: f"libdeflate={p[0]}-threads={p[1]}")
+def kernel_setting(request) -> dict:
+    return {"use_libdeflate": request.param[0], "threads": request.param[1]}
+
+
+def agree_with_baseline_and_reader(db: Path, setting: dict) -> tuple[int, list[tuple]]:
+    want = baseline.verify_ledger(db)
+    got = kernel(db, **setting)
+    assert got == want
+    verdicts = {f[0]: _KIND_CLASS[f[8]] for f in got[1]}
+    assert {rid: verdicts.get(rid) for rid in _reader_verdicts(db)} == _reader_verdicts(db)
+    return got
+
+
+def test_a_segment_boundary_moved_by_one_raw_byte_fails_every_body_of_the_block(tmp_path, kernel_setting):
+    """Reliability F4: segment 0 claims one raw byte less and segment 1 one more (raw_start,
+    raw_len and both hashes rewritten). The joined stream still inflates to the same bytes, but
+    segment 0 inflates to more than its raw_len, so every reader refuses the block."""
+    db = _one_block_ledger(tmp_path, [b"body %d " % i * 40 for i in range(3)])
+    raw = _block_raw(db)
+    s0, s1 = _segs(db)[:2]
+    path = db.with_suffix(".bodies")
+    data = bytearray(path.read_bytes())
+    cut = s0.raw_len - 1
+    struct.pack_into("<I", data, s0.at + 12, cut)
+    data[s0.at + 20:s0.at + 52] = blake3(raw[:cut]).digest()
+    struct.pack_into("<II", data, s1.at + 8, cut, s1.raw_len + 1)
+    data[s1.at + 20:s1.at + 52] = blake3(raw[cut:s0.raw_len + s1.raw_len]).digest()
+    path.write_bytes(bytes(data))
+    verified, findings = agree_with_baseline_and_reader(db, kernel_setting)
+    assert verified == 0 and len(findings) == 3
+    assert {(f[7], f[8]) for f in findings} == {(s0.at, "integrity")}
+    assert "the segment inflates to more than" in findings[0][9]
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_final_deflate_block_inside_a_non_final_segment_ends_the_stream_too_early(tmp_path, kernel_setting, k):
+    """Segment k re-encoded to the same raw bytes followed by an empty FINAL stored block
+    (01 00 00 FF FF, so it still ends on the sync-flush bytes): it inflates to exactly raw_len
+    and consumes every byte, but ends the stream in a segment that is not FINAL."""
+    bodies = [b"alpha %d " % i * 30 for i in range(3)]
+    db = _one_block_ledger(tmp_path, bodies)
+    segs = _segs(db)
+    data = db.with_suffix(".bodies").read_bytes()
+    window = b"".join(bodies[:k])
+    forged = [(s.final, bodies[i] if i < 3 else b"", data[s.at + 52:s.end]) for i, s in enumerate(segs)]
+    forged[k] = (False, bodies[k], _sync_payload(bodies[k], window) + b"\x01\x00\x00\xff\xff")
+    _rewrite_block(db, forged)
+    verified, findings = agree_with_baseline_and_reader(db, kernel_setting)
+    assert verified == k and len(findings) == 3 - k
+    assert {f[8] for f in findings} == {"integrity"}
+    assert findings[0][9].endswith("the stream ends in a segment that is not FINAL")
+
+
+def test_a_payload_that_ends_inside_a_stored_block_on_sync_flush_bytes_still_verifies(tmp_path, kernel_setting):
+    """A stored deflate block split across segments 0 and 1, segment 0's part ending with the
+    bytes 00 00 FF FF: the streaming reader accepts it (each segment inflates to exactly its
+    raw_len with every byte consumed and no stream end), so the kernel must too, even though
+    segment 0 alone is not a stream that a libdeflate call can finish."""
+    bodies = [b"stored body zero \x00\x00\xff\xff", b"stored body one " * 5, b"compressed body two " * 20]
+    db = _one_block_ledger(tmp_path, bodies)
+    segs = _segs(db)
+    data = db.with_suffix(".bodies").read_bytes()
+    n = len(bodies[0]) + len(bodies[1])
+    stored_head = b"\x00" + struct.pack("<HH", n, n ^ 0xFFFF)     # BFINAL 0, BTYPE 00, LEN, NLEN
+    _rewrite_block(db, [
+        (False, bodies[0], stored_head + bodies[0]),
+        (False, bodies[1], bodies[1] + b"\x00\x00\x00\xff\xff"),  # the block's rest, then a sync flush
+        (False, bodies[2], _sync_payload(bodies[2], bodies[0] + bodies[1])),
+        (True, b"", data[segs[3].at + 52:segs[3].end]),
+    ])
+    verified, findings = agree_with_baseline_and_reader(db, kernel_setting)
+    assert (verified, findings) == (3, [])
+
+
+def test_a_sound_block_of_many_segments_reads_back_through_every_window(tmp_path, kernel_setting):
+    """Segments after the first reach back into earlier segments' raw bytes, beyond 32 KiB of
+    history too: the window each per-segment call is given must be exactly the deflate window."""
+    r = random.Random(9)
+    bodies = [_bytes(r, r.randint(1, 40000)) * 2 for _ in range(12)]
+    db = _one_block_ledger(tmp_path, bodies)
+    assert len(_segs(db)) == 13 and _block_raw(db) == b"".join(bodies)
+    verified, findings = agree_with_baseline_and_reader(db, kernel_setting)
+    assert (verified, findings) == (12, [])
+
+
+class _Bits:
+    """A deflate bit writer: fields least significant bit first, Huffman codes most significant first."""
+
+    def __init__(self) -> None:
+        self.bits: list[int] = []
+
+    def field(self, value: int, n: int) -> None:
+        self.bits += [(value >> k) & 1 for k in range(n)]
+
+    def code(self, value: int, n: int) -> None:
+        self.bits += [(value >> k) & 1 for k in range(n - 1, -1, -1)]
+
+    def fixed_litlen(self, sym: int) -> None:
+        if sym < 144:
+            self.code(0x30 + sym, 8)
+        elif sym < 256:
+            self.code(0x190 + sym - 144, 9)
+        elif sym < 280:
+            self.code(sym - 256, 7)
+        else:
+            self.code(0xC0 + sym - 280, 8)
+
+    def bytes(self) -> bytes:
+        b = self.bits + [0] * (-len(self.bits) % 8)
+        return bytes(sum(b[i + k] << k for k in range(8)) for i in range(0, len(b), 8))
+
+
+@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
+                                       "docs/reliability.md F4, open")
+def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_path):
+    """A fixed-Huffman block using litlen symbol 286 (no length in deflate: zlib says "invalid
+    literal/length code"), every hash written to match what libdeflate makes of it (length 258)."""
+    body = b"a" * 261
+    db = _one_block_ledger(tmp_path, [body, b"second body " * 4])
+    segs = _segs(db)
+    data = db.with_suffix(".bodies").read_bytes()
+    w = _Bits()
+    w.field(0, 1)
+    w.field(1, 2)                                  # BFINAL 0, fixed Huffman
+    for _ in range(3):
+        w.fixed_litlen(ord("a"))
+    w.fixed_litlen(286)
+    w.code(0, 5)                                   # distance 1
+    w.fixed_litlen(256)
+    w.field(0, 3)                                  # the sync flush's empty stored block
+    forged = w.bytes() + b"\x00\x00\xff\xff"
+    _rewrite_block(db, [(False, body, forged),
+                        (False, b"second body " * 4, _sync_payload(b"second body " * 4, body)),
+                        (True, b"", data[segs[2].at + 52:segs[2].end])])
+    want = baseline.verify_ledger(db)
+    assert want[0] == 0 and {f[8] for f in want[1]} == {"inflate"}
+    assert kernel(db, threads=1, use_libdeflate=False) == want
+    assert kernel(db, threads=1, use_libdeflate=True) == want
