@@ -7,6 +7,8 @@ Three groups, each run in one pytest-benchmark session on the same warm ledger:
   ``PRAGMA quick_check`` alone. Target: within 1.3x.
 * ``check-verify``: the whole report with --verify-bodies against the native verify kernel
   alone (``_archive.verify_ledger``: index scan + verify + findings). Target: within 1.15x.
+* ``check-verify-large``: the same pair on the 1 GiB large-body sample, where the bodies, not
+  the SQLite pages, are the work (``CAPSEM_BENCH_RAW`` overrides the size).
 * ``doctor-verify``: the doctor's approach (bench/baseline_doctor.py: session.db opened and
   queried once per body by its unique key, a pure-Python cursor, blake3 per segment and per
   body) on the first ``DOCTOR_SUBSET`` bodies in archive order, extrapolated per body to the
@@ -26,7 +28,6 @@ ledger size, e.g. 100000 for a quick run).
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import sys
 import urllib.parse
@@ -40,38 +41,25 @@ from capsem_core.sample import write_sample_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_doctor import doctor_verify_bodies  # noqa: E402
+from conftest import sample_ledger, warm  # noqa: E402
 
 BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
 DOCTOR_SUBSET = int(os.environ.get("CAPSEM_BENCH_DOCTOR_SUBSET", "2000"))
-CACHE = Path(os.environ.get("CAPSEM_BENCH_CACHE", Path.home() / ".cache" / "capsem-core-bench"))
+LARGE_RAW = int(os.environ.get("CAPSEM_BENCH_RAW", str(1 << 30)))
 SEED = 1
 
 _means: dict[str, float] = {}
 _notes: dict[str, str] = {}
 
 
-def sample_ledger(bodies: int, codec: str = "deflate") -> Path:
-    """The cached small-body sample ledger of ``bodies`` bodies (written once, atomically)."""
-    directory = CACHE / f"small-{bodies}-{codec}-seed{SEED}"
-    if not (directory / "session.db").exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        write_sample_ledger(tmp, seed=SEED, mix="small", bodies=bodies, codec=codec)
-        tmp.rename(directory)
-    return directory / "session.db"
+@pytest.fixture(scope="module")
+def ledger() -> Path:
+    return warm(sample_ledger("small", bodies=BODIES, seed=SEED))
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Path:
-    db = sample_ledger(BODIES)
-    # Warm the page cache for every contender alike.
-    for path in (db, db.with_suffix(".bodies"), Path(f"{db}-wal")):
-        if path.exists():
-            with open(path, "rb") as f:
-                while f.read(1 << 24):
-                    pass
-    return db
+def large_ledger() -> Path:
+    return warm(sample_ledger("large", raw_bytes=LARGE_RAW, seed=SEED))
 
 
 def quick_check(db: Path) -> list[str]:
@@ -113,6 +101,18 @@ def test_check_with_verify(benchmark, ledger: Path) -> None:
     assert report.checks["verify_bodies"].counts["verified"] >= BODIES
 
 
+@pytest.mark.benchmark(group="check-verify-large")
+def test_verify_kernel_alone_on_large_bodies(benchmark, large_ledger: Path) -> None:
+    verified, findings = _run(benchmark, "kernel_large", _archive.verify_ledger, large_ledger)
+    assert findings == [] and verified > 0
+
+
+@pytest.mark.benchmark(group="check-verify-large")
+def test_check_with_verify_on_large_bodies(benchmark, large_ledger: Path) -> None:
+    report = _run(benchmark, "check_verify_large", check_ledger, large_ledger, verify_bodies=True)
+    assert report.sound
+
+
 @pytest.mark.benchmark(group="doctor-verify")
 def test_doctor_verify_subset(benchmark, ledger: Path) -> None:
     result = _run(benchmark, "doctor_subset", doctor_verify_bodies, ledger, DOCTOR_SUBSET, rounds=1)
@@ -140,6 +140,9 @@ def test_report_ratios(ledger: Path, capsys) -> None:
         f"{_means['check'] / _means['quick_check']:.2f}x (target <= 1.30x)",
         f"check --verify-bodies / verify kernel alone: {_means['check_verify']:.3f} s / {_means['kernel']:.3f} s = "
         f"{_means['check_verify'] / _means['kernel']:.2f}x (target <= 1.15x)",
+        f"large-body sample, check --verify-bodies / verify kernel alone: "
+        f"{_means.get('check_verify_large', float('nan')):.3f} s / {_means.get('kernel_large', float('nan')):.3f} s = "
+        f"{_means.get('check_verify_large', float('nan')) / _means.get('kernel_large', float('nan')):.2f}x",
         f"doctor approach: {_means['doctor_subset']:.2f} s for the first {DOCTOR_SUBSET:,} bodies, extrapolated "
         f"per body to {doctor_full:.1f} s for all {bodies:,} (a full run would take that long)",
         f"doctor (extrapolated) / check --verify-bodies: {doctor_full / _means['check_verify']:.0f}x "

@@ -66,6 +66,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_EXTENT_BYTES = (1 << 62) - 1
 # How long to wait for a writer's lock before calling the ledger locked.
 BUSY_TIMEOUT_S = 2.0
+READ_MMAP_BYTES = 1 << 31
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
 PREVIEW_CELL_CHARS = 60
@@ -269,6 +270,9 @@ def _open_read_only(db_path: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open: {exc}", db_path) from None
     conn.execute("PRAGMA query_only = ON")
+    # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
+    # and the scans then skip a copy per page, about a tenth of quick_check's time.
+    conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
     return conn
 
 
