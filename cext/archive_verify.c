@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <libdeflate.h>
@@ -31,6 +32,8 @@
 #define DICT_MAX 32768u
 /* A stored block header in a byte-aligned position: BFINAL/BTYPE byte, LEN, NLEN. */
 #define STORED_HEAD 5u
+/* Raw bytes in the final stored block appended to a non-final payload. */
+#define END_DATA 16u
 
 /* Workers sit side by side in one array: each starts on its own cache line, so one
  * worker's writes to its batch never invalidate the line holding its neighbour's fields. */
@@ -57,6 +60,9 @@ typedef struct {
 
 struct capsem_verify_job {
     capsem_verify_spec spec;
+    /* What the stored block ending a non-final segment's libdeflate input holds: drawn at
+     * random per job, so no payload can be written to decode it as its own data. */
+    uint8_t end_data[END_DATA];
     size_t nruns;
     size_t *runs; /* nruns + 1 start indices into the bodies */
     atomic_size_t next_run;
@@ -134,16 +140,20 @@ static int segment_hashes_match(worker *w, size_t nseg) {
  * libdeflate has no preset dictionary, but a raw-deflate stream may begin with a stored
  * block, so segment k > 0 is inflated behind a non-final stored block holding the window
  * (the last min(32 KiB, raw_start) raw bytes), written back over themselves in the block
- * buffer. A non-final payload gets an empty final stored block appended: the whole input is
- * consumed with a stream end only when the payload itself ends byte-aligned at a block
- * boundary before any final block, which is exactly the state the cursor's inflater must be
- * left in for the next segment to decode the same way. So success here means the cursor
- * reads the same bytes, for every deflate stream zlib accepts (libdeflate also decodes a few
- * constructs zlib refuses and no deflate writer emits: docs/reliability.md, F4). On any
- * failure (0) the block takes the cursor, which names the failing segment. Returns 1 with
- * *held (raw bytes verified) and *next (the file offset after the last segment read). */
+ * buffer. A non-final payload gets a final stored block of END_DATA random bytes appended,
+ * which must come out as they went in after exactly raw_len bytes: the whole input is
+ * consumed with a stream end and those bytes last only when the payload itself ends
+ * byte-aligned at a block boundary before any final block (a crafted Huffman block running
+ * on into a known tail could decode it as its own data; random bytes it cannot), which is
+ * exactly the state the cursor's inflater must be left in for the next segment to decode
+ * the same way. So success here means the cursor reads the same bytes, for every deflate
+ * stream zlib accepts (libdeflate also decodes a few constructs zlib refuses and no deflate
+ * writer emits: docs/reliability.md, F4). On any failure (0) the block takes the cursor,
+ * which names the failing segment. Returns 1 with *held (raw bytes verified) and *next (the
+ * file offset after the last segment read). */
 static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *held_out, uint64_t *next_out) {
-    static const uint8_t end_stored[5] = {0x01, 0x00, 0x00, 0xFF, 0xFF};
+    /* BFINAL 1, BTYPE 00 (stored), LEN = END_DATA, NLEN = ~LEN. */
+    static const uint8_t end_head[STORED_HEAD] = {0x01, END_DATA, 0x00, (uint8_t)~END_DATA, 0xFF};
     const capsem_verify_spec *s = &w->job->spec;
     uint8_t codec = 0;
     if (blk > s->size || s->size - blk < CAPSEM_BLOCK_HEADER_BYTES) return 0;
@@ -166,14 +176,15 @@ static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *he
         const uint8_t *payload = s->base + payload_at;
         final = (h.flags & CAPSEM_SEGMENT_FINAL) != 0;
         if (!final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
-        /* held + raw_len <= 16 MiB by the header bounds. */
-        if (!grow(&w->raw, &w->raw_cap, held + h.raw_len + 1)) return 0;
+        /* held + raw_len <= 16 MiB by the header bounds; the end data lands after raw_len. */
+        size_t end = final ? 0 : END_DATA;
+        if (!grow(&w->raw, &w->raw_cap, held + h.raw_len + END_DATA)) return 0;
         size_t dict = held < DICT_MAX ? (size_t)held : DICT_MAX;
         const uint8_t *in = payload;
         size_t in_len = h.comp_len;
         if (dict || !final) {
-            /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 5. */
-            if (!grow(&w->comp, &w->comp_cap, STORED_HEAD + dict + h.comp_len + sizeof end_stored)) return 0;
+            /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 21. */
+            if (!grow(&w->comp, &w->comp_cap, STORED_HEAD + dict + h.comp_len + STORED_HEAD + END_DATA)) return 0;
             size_t n = 0;
             if (dict) {
                 w->comp[0] = 0x00; /* BFINAL 0, BTYPE 00 (stored), then LEN and NLEN little-endian */
@@ -187,8 +198,9 @@ static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *he
             memcpy(w->comp + n, payload, h.comp_len);
             n += h.comp_len;
             if (!final) {
-                memcpy(w->comp + n, end_stored, sizeof end_stored);
-                n += sizeof end_stored;
+                memcpy(w->comp + n, end_head, STORED_HEAD);
+                memcpy(w->comp + n + STORED_HEAD, w->job->end_data, END_DATA);
+                n += STORED_HEAD + END_DATA;
             }
             in = w->comp;
             in_len = n;
@@ -197,8 +209,9 @@ static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *he
          * over; one that runs past its raw_len does not fit the output. */
         size_t in_used = 0, out_used = 0;
         enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, in, in_len, w->raw + held - dict,
-                                                                    dict + h.raw_len, &in_used, &out_used);
-        if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len) return 0;
+                                                                    dict + h.raw_len + end, &in_used, &out_used);
+        if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
+        if (end && memcmp(w->raw + held + h.raw_len, w->job->end_data, END_DATA) != 0) return 0;
         if (nseg == FAST_MAX_SEGMENTS) {
             if (!segment_hashes_match(w, nseg)) return 0;
             nseg = 0;
@@ -395,6 +408,7 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     capsem_verify_job *job = calloc(1, sizeof *job);
     if (!job) return NULL;
     job->spec = *spec;
+    if (getrandom(job->end_data, END_DATA, 0) != (ssize_t)END_DATA) job->spec.use_libdeflate = 0;
     /* Blocks are read in file order (by all workers together): read ahead generously. */
     advise(&job->spec, 0, spec->size, MADV_SEQUENTIAL, 0);
     pthread_mutex_init(&job->lock, NULL);
