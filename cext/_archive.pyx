@@ -440,8 +440,10 @@ cdef object _i64(a):
 
 def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bint use_libdeflate=True):
     """Read every body of `bodies` (scan_bodies arrays, archive order) back through its segment
-    hashes and its own hash. `blocks` are scan_blocks arrays (for the one-call inflate of
-    closed blocks). Returns a VerifyOutcome; results are the same for any thread count.
+    hashes and its own hash. `blocks` are scan_blocks arrays (each block's committed extent is
+    read ahead). use_libdeflate inflates each deflate segment with its own libdeflate call,
+    falling back to the streaming reader on any failure; False streams every segment through
+    zlib. Returns a VerifyOutcome; results are the same for any thread count.
     progress(bytes_done, bodies_done) is called from this thread a few times per second."""
     path = Path(os.fspath(bodies_path))
     cdef bytes cpath = os.fsencode(path)
