@@ -17,7 +17,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <libdeflate.h>
+#include "codec_abi.h"
 
 #include "archive_verify.h"
 #include "blake3.h"
