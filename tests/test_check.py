@@ -64,7 +64,7 @@ def write_ledger(directory: Path, *, codec: str = "deflate", tool_pairs: int = 3
                  [Body("request", _bytes(400 + i, 600), "mcp.tool_call")])
         w.insert("tool_responses", {"model_call_id": 2, "call_id": call_id, "content_preview": "ok",
                                     "trace_id": TRACE})
-    w.insert("fs_events", {"timestamp": "2025-06-02T09:00:06Z", "action": "modified", "path": "/work/a.py",
+    w.insert("fs_events", {"timestamp": "2025-06-02T09:00:06Z", "action": "modified", "path": "/workspace/a.py",
                            "size": 120})
     w.close()
     if second_block:
