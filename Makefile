@@ -12,4 +12,4 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: setup
-	$(PY) -m pytest -q bench --benchmark-only
+	$(PY) -m pytest -q -s -p no:cacheprovider bench
