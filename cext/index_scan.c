@@ -269,7 +269,9 @@ static void *range_reader_main(void *arg) {
         close_reader(db, NULL, 0);
         return NULL;
     }
-    if (sqlite3_prepare_v2(db, BODY_COLUMNS " WHERE id BETWEEN ?1 AND ?2", -1, &st, NULL) == SQLITE_OK) {
+    /* By rowid, as the ranges were cut: an id column that is not the rowid's alias (a hostile
+     * index) would otherwise drop rows outside the rowid bounds or past a range's slots. */
+    if (sqlite3_prepare_v2(db, BODY_COLUMNS " WHERE rowid BETWEEN ?1 AND ?2", -1, &st, NULL) == SQLITE_OK) {
         for (;;) {
             int k = atomic_fetch_add(&scan->next, 1);
             if (k >= scan->n) break;

@@ -224,3 +224,21 @@ def test_every_byte_value_at_every_digit_position_decodes_or_is_refused_like_the
                 assert got == bytes.fromhex(text[7:].decode()), (position, value)
             else:
                 assert got is None, (position, value)
+
+
+def test_a_split_scan_bounds_ranges_by_rowid_even_when_id_is_not_the_rowid(tmp_path, ranges_of_any_size):
+    # A hostile session.db whose id column is a plain INTEGER (not the rowid's alias), with
+    # ids far from the rowids and repeated: ranges are cut by rowid, so they must be read by
+    # rowid, or rows are dropped (ids outside the rowid bounds, more ids in a range than it
+    # has slots).
+    db = tmp_path / "session.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE event_body_blobs (id INTEGER, body_hash TEXT, block_offset INTEGER,"
+                " body_offset INTEGER, body_len INTEGER)")
+    con.executemany("INSERT INTO event_body_blobs VALUES (?, ?, 16, ?, 1)",
+                    [(5 if k % 2 else (1 << 40) + k, "blake3:" + "ab" * 32, k) for k in range(40)])
+    con.commit()
+    con.close()
+    for n in (1, 2, 5):
+        got = _index.scan_bodies(db, threads=n)
+        assert sorted(got["body_offset"].tolist()) == list(range(40)), n
