@@ -26,6 +26,10 @@ from capsem_core import format as _fmt
 
 cnp.import_array()
 
+# Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath).
+if capsem_guard_install() != 0:
+    raise ImportError("capsem_core._archive could not install its SIGBUS guard")
+
 LIMITS = {
     "file_header_bytes": CAPSEM_FILE_HEADER_BYTES,
     "block_header_bytes": CAPSEM_BLOCK_HEADER_BYTES,
@@ -66,6 +70,13 @@ cdef extern from "archive_reader.h" nogil:
     uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
     capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
                                      capsem_extent *out, capsem_error *err)
+
+cdef extern from "archive_guard.h" nogil:
+    int capsem_guard_install()
+    capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                       uint64_t end, capsem_error *err)
+    capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                             uint64_t disk_len, capsem_extent *out, capsem_error *err)
 
 cdef extern from "archive_file.h" nogil:
     ctypedef struct capsem_archive_file:
@@ -330,7 +341,7 @@ cdef class ArchiveReader:
         try:
             while True:
                 with nogil:
-                    st = capsem_cursor_reach(self.c, self.f.map, self.f.size, block_offset, end, &e)
+                    st = capsem_guarded_reach(self.c, self.f.map, self.f.size, block_offset, end, &e)
                 if st == CAPSEM_OK:
                     return
                 # The view may be stale: a writer appended since it was mapped.
@@ -389,7 +400,7 @@ cdef class ArchiveReader:
         if b + d > self.f.size or b + d < b:
             self._refresh()
         with nogil:
-            st = capsem_walk_extent(self.f.map, self.f.size, b, d, &ext, &e)
+            st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e)
         if st != CAPSEM_OK:
             _raise_error(&e, self.path)
         return ext.codec, ext.raw_len, ext.segments, bool(ext.final)

@@ -257,7 +257,7 @@ static capsem_status next_segment(capsem_cursor *c, const uint8_t *base, uint64_
         for (int i = 0; i < 32; i++) { *p++ = hexd[digest[i] >> 4]; *p++ = hexd[digest[i] & 15]; }
         *p = 0;
         set_error(err, CAPSEM_E_INTEGRITY, at, d);
-        err->hash_mismatch = 1;
+        if (err) err->hash_mismatch = 1;
         return CAPSEM_E_INTEGRITY;
     }
     c->held += h.raw_len;

@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "archive_guard.h"
 #include "codec_abi.h"
 
 #include "archive_verify.h"
@@ -375,6 +376,31 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
     atomic_fetch_add(&job->bodies_done, hi - lo);
 }
 
+/* verify_run with the SIGBUS guard armed: if session.bodies is cut short under the map, the
+ * run's bodies are reported truncated instead of the process dying. */
+static void verify_run_guarded(worker *w, size_t lo, size_t hi) {
+    capsem_verify_job *job = w->job;
+    const capsem_verify_spec *s = &job->spec;
+    if (sigsetjmp(capsem_guard_env, 1) != 0) {
+        capsem_cursor_discard(w->cursor);
+        capsem_error e;
+        memset(&e, 0, sizeof e);
+        e.status = CAPSEM_E_TRUNCATED;
+        e.at = (uint64_t)s->block_offset[lo];
+        snprintf(e.detail, sizeof e.detail, "the file shrank while it was read");
+        int32_t idx = record_error(job, &e);
+        for (size_t i = lo; i < hi; i++) {
+            s->status[i] = (uint8_t)CAPSEM_E_TRUNCATED;
+            s->err_index[i] = idx;
+        }
+        atomic_fetch_add(&job->bodies_done, hi - lo);
+        return;
+    }
+    capsem_guard_armed = 1;
+    verify_run(w, lo, hi);
+    capsem_guard_armed = 0;
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     capsem_verify_job *job = w->job;
@@ -382,7 +408,7 @@ static void *worker_main(void *arg) {
         if (atomic_load(&job->nomem) || atomic_load(&job->stop)) break;
         size_t r = atomic_fetch_add(&job->next_run, 1);
         if (r >= job->nruns) break;
-        verify_run(w, job->runs[r], job->runs[r + 1]);
+        verify_run_guarded(w, job->runs[r], job->runs[r + 1]);
     }
     pthread_mutex_lock(&job->lock);
     job->running--;

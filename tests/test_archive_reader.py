@@ -397,3 +397,64 @@ def test_one_reader_is_not_shared_between_threads_it_is_closed_cleanly(archive):
         assert r.read(*refs[0]) == bodies[0]
     with pytest.raises(ValueError, match="closed"):
         r.read(*refs[0])
+
+
+_SHRINK_SCRIPT = r"""
+import os, sys, threading, random, shutil
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from capsem_core import _archive, format as fmt
+from capsem_core.writer import Body, LedgerWriter
+
+root = Path(sys.argv[1])
+ledger = root / "ledger"
+with LedgerWriter(ledger) as w:
+    for i in range(48):
+        w.insert("net_events", {"event_id": f"{i:012x}", "timestamp": "2026-11-30T12:00:00.000000Z",
+                                "domain": "example.com", "decision": "allowed"},
+                 bodies=[Body("request", random.Random(i).randbytes(160_000), "http.request")])
+        if i % 6 == 5:
+            w.flush()
+bodies = ledger / "session.bodies"
+pristine = bodies.read_bytes()
+
+# The reader: mapped, then the file is cut to its header under it.
+reader = _archive.ArchiveReader(str(bodies))
+os.truncate(bodies, 16)
+for call in (lambda: reader.read(16, 0, 100), lambda: reader.walk_extent(16, 1000)):
+    try:
+        call()
+        raise SystemExit("a read past the new end of the file returned bytes")
+    except fmt.ArchiveError as exc:
+        assert str(bodies) in str(exc), exc
+reader.close()
+
+# The kernel: cut the file at a random moment while the workers read it.
+rng = random.Random(7)
+truncated_findings = 0
+for attempt in range(12):
+    bodies.write_bytes(pristine)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(out=_archive.verify_ledger(
+        str(ledger / "session.db"), threads=2, use_libdeflate=bool(attempt % 2))))
+    t.start()
+    threading.Event().wait(rng.uniform(0, 0.02))
+    os.truncate(bodies, rng.randrange(16, len(pristine)))
+    t.join()
+    verified, findings = result["out"]
+    truncated_findings += len(findings)
+print("ok", truncated_findings)
+"""
+
+
+def test_a_file_cut_short_under_the_map_is_a_clear_error_not_a_crash(tmp_path):
+    """A session.bodies truncated after it was mapped raises SIGBUS on the next touch of a page
+    past its new end; the reader, walk_extent and the verify kernel must report it instead."""
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parent.parent / "src"
+    run = subprocess.run([sys.executable, "-c", _SHRINK_SCRIPT, str(tmp_path), str(src)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.returncode, run.stdout[-2000:], run.stderr[-2000:])
+    assert run.stdout.startswith("ok")
