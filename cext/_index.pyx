@@ -237,12 +237,27 @@ def scan_bodies(db_path, *, int threads=0):
             rc = capsem_index_rowid_bounds(scan.ix, b"event_body_blobs", &lo, &hi, &empty, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
             raise _index_error(scan.path, b"read", scan.err)
-        if not empty and int(hi) - int(lo) + 1 <= 2 * count:
+        if not empty and int(hi) - int(lo) + 1 <= 2 * count and not _rowid_shadowed(scan.path):
             out = _scan_parallel(scan, count, lo, hi, n)
     if out is None:
         out = _scan_sequential(scan, count)
     out["hash_ok"] = out["hash_ok"].view(np.bool_)
     return _archive_order(out)
+
+
+def _rowid_shadowed(path):
+    """True when event_body_blobs declares a column named rowid, _rowid_ or oid (a hostile
+    index): those names would then no longer mean the rowid the ranges are cut by, so the
+    scan stays on one connection, where every row is read whatever its rowid."""
+    import sqlite3
+    import urllib.parse
+    uri = "file:" + urllib.parse.quote(os.fsdecode(path) if isinstance(path, bytes) else str(path)) + "?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        names = {str(r[1]).lower() for r in con.execute("PRAGMA table_info(event_body_blobs)")}
+    finally:
+        con.close()
+    return bool(names & {"rowid", "_rowid_", "oid"})
 
 
 def _archive_order(dict rows):

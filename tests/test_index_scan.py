@@ -242,3 +242,21 @@ def test_a_split_scan_bounds_ranges_by_rowid_even_when_id_is_not_the_rowid(tmp_p
     for n in (1, 2, 5):
         got = _index.scan_bodies(db, threads=n)
         assert sorted(got["body_offset"].tolist()) == list(range(40)), n
+
+
+@pytest.mark.parametrize("shadow", ["rowid", "_rowid_", "oid", "ROWID"])
+def test_a_column_named_like_the_rowid_never_hides_rows_from_a_split_scan(tmp_path, ranges_of_any_size, shadow):
+    # A hostile index may declare a column called rowid (or one of its other names): in SQL
+    # that name then means the column, not the rowid the ranges are cut by. Every row must
+    # still be read, whatever that column holds.
+    db = tmp_path / "session.db"
+    con = sqlite3.connect(db)
+    con.execute(f"CREATE TABLE event_body_blobs (id INTEGER PRIMARY KEY, {shadow} INTEGER, body_hash TEXT,"
+                " block_offset INTEGER, body_offset INTEGER, body_len INTEGER)")
+    con.executemany(f"INSERT INTO event_body_blobs (id, {shadow}, body_hash, block_offset, body_offset, body_len)"
+                    " VALUES (?, 7, ?, 16, ?, 1)", [(k + 1, "blake3:" + "ab" * 32, k) for k in range(40)])
+    con.commit()
+    con.close()
+    for n in (1, 2, 5):
+        got = _index.scan_bodies(db, threads=n)
+        assert sorted(got["body_offset"].tolist()) == list(range(40)), n
