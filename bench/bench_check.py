@@ -37,29 +37,14 @@ import pytest
 
 from capsem_core import _archive
 from capsem_core.check import check_ledger
-from capsem_core.sample import write_sample_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_doctor import doctor_verify_bodies  # noqa: E402
-from conftest import sample_ledger, warm  # noqa: E402
+from conftest import BODIES  # noqa: E402
 
-BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
 DOCTOR_SUBSET = int(os.environ.get("CAPSEM_BENCH_DOCTOR_SUBSET", "2000"))
-LARGE_RAW = int(os.environ.get("CAPSEM_BENCH_RAW", str(1 << 30)))
-SEED = 1
 
 _means: dict[str, float] = {}
-_notes: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def ledger() -> Path:
-    return warm(sample_ledger("small", bodies=BODIES, seed=SEED))
-
-
-@pytest.fixture(scope="module")
-def large_ledger() -> Path:
-    return warm(sample_ledger("large", raw_bytes=LARGE_RAW, seed=SEED))
 
 
 def quick_check(db: Path) -> list[str]:
@@ -77,65 +62,65 @@ def _run(benchmark, key: str, fn, *args, rounds: int = 3, **kwargs):
 
 
 @pytest.mark.benchmark(group="check-structure")
-def test_quick_check_alone(benchmark, ledger: Path) -> None:
-    assert _run(benchmark, "quick_check", quick_check, ledger) == ["ok"]
+def test_quick_check_alone(benchmark, small: Path) -> None:
+    assert _run(benchmark, "quick_check", quick_check, small) == ["ok"]
 
 
 @pytest.mark.benchmark(group="check-structure")
-def test_check_without_verify(benchmark, ledger: Path) -> None:
-    report = _run(benchmark, "check", check_ledger, ledger)
+def test_check_without_verify(benchmark, small: Path) -> None:
+    report = _run(benchmark, "check", check_ledger, small)
     assert report.sound
     assert report.checks["body_archive"].counts["bodies"] >= BODIES
 
 
 @pytest.mark.benchmark(group="check-verify")
-def test_verify_kernel_alone(benchmark, ledger: Path) -> None:
-    verified, findings = _run(benchmark, "kernel", _archive.verify_ledger, ledger)
+def test_verify_kernel_alone(benchmark, small: Path) -> None:
+    verified, findings = _run(benchmark, "kernel", _archive.verify_ledger, small)
     assert findings == [] and verified >= BODIES
 
 
 @pytest.mark.benchmark(group="check-verify")
-def test_check_with_verify(benchmark, ledger: Path) -> None:
-    report = _run(benchmark, "check_verify", check_ledger, ledger, verify_bodies=True)
+def test_check_with_verify(benchmark, small: Path) -> None:
+    report = _run(benchmark, "check_verify", check_ledger, small, verify_bodies=True)
     assert report.sound
     assert report.checks["verify_bodies"].counts["verified"] >= BODIES
 
 
 @pytest.mark.benchmark(group="check-verify-large")
-def test_verify_kernel_alone_on_large_bodies(benchmark, large_ledger: Path) -> None:
-    verified, findings = _run(benchmark, "kernel_large", _archive.verify_ledger, large_ledger)
+def test_verify_kernel_alone_on_large_bodies(benchmark, large: Path) -> None:
+    verified, findings = _run(benchmark, "kernel_large", _archive.verify_ledger, large)
     assert findings == [] and verified > 0
 
 
 @pytest.mark.benchmark(group="check-verify-large")
-def test_check_with_verify_on_large_bodies(benchmark, large_ledger: Path) -> None:
-    report = _run(benchmark, "check_verify_large", check_ledger, large_ledger, verify_bodies=True)
+def test_check_with_verify_on_large_bodies(benchmark, large: Path) -> None:
+    report = _run(benchmark, "check_verify_large", check_ledger, large, verify_bodies=True)
     assert report.sound
 
 
 @pytest.mark.benchmark(group="doctor-verify")
-def test_doctor_verify_subset(benchmark, ledger: Path) -> None:
-    result = _run(benchmark, "doctor_subset", doctor_verify_bodies, ledger, DOCTOR_SUBSET, rounds=1)
+def test_doctor_verify_subset(benchmark, small: Path) -> None:
+    result = _run(benchmark, "doctor_subset", doctor_verify_bodies, small, DOCTOR_SUBSET, rounds=1)
     assert result.failures == [] and result.bodies == DOCTOR_SUBSET
 
 
 @pytest.mark.benchmark(group="doctor-verify")
-def test_doctor_verify_subset_one_connection(benchmark, ledger: Path) -> None:
-    result = _run(benchmark, "doctor_one_conn", doctor_verify_bodies, ledger, DOCTOR_SUBSET * 10,
+def test_doctor_verify_subset_one_connection(benchmark, small: Path) -> None:
+    result = _run(benchmark, "doctor_one_conn", doctor_verify_bodies, small, DOCTOR_SUBSET * 10,
                   reopen_db=False, rounds=1)
     assert result.failures == [] and result.bodies == DOCTOR_SUBSET * 10
 
 
-def test_report_ratios(ledger: Path, capsys) -> None:
+def test_report_ratios(small: Path, capsys) -> None:
     if not {"quick_check", "check", "kernel", "check_verify", "doctor_subset", "doctor_one_conn"} <= set(_means):
         pytest.skip("run the whole module to get the ratios")
-    conn = sqlite3.connect("file:" + urllib.parse.quote(str(ledger.absolute())) + "?mode=ro", uri=True)
+    conn = sqlite3.connect("file:" + urllib.parse.quote(str(small.absolute())) + "?mode=ro", uri=True)
     bodies = conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0]
     conn.close()
     doctor_full = _means["doctor_subset"] / DOCTOR_SUBSET * bodies
     one_conn_full = _means["doctor_one_conn"] / (DOCTOR_SUBSET * 10) * bodies
     lines = [
-        f"ledger: {ledger} ({bodies:,} bodies)",
+        f"small: {small} ({bodies:,} bodies)",
         f"check (no verify) / quick_check alone: {_means['check']:.3f} s / {_means['quick_check']:.3f} s = "
         f"{_means['check'] / _means['quick_check']:.2f}x (target <= 1.30x)",
         f"check --verify-bodies / verify kernel alone: {_means['check_verify']:.3f} s / {_means['kernel']:.3f} s = "

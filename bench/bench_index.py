@@ -8,7 +8,6 @@ Run: ``python3 -m pytest bench/bench_index.py -q -s``
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -18,21 +17,12 @@ import pytest
 from capsem_core import _index
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import sample_ledger, warm  # noqa: E402
-
-BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+from conftest import BODIES  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _load_average(request):
-    before = os.getloadavg()[0]
-    yield
-    print(f"\n{request.node.name}: load average {before:.2f} -> {os.getloadavg()[0]:.2f}")
 
 
-@pytest.fixture(scope="module")
-def small() -> Path:
-    return warm(sample_ledger("small", bodies=BODIES))
+
 
 
 def _module_scan(db: Path) -> list[tuple]:

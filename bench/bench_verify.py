@@ -18,7 +18,6 @@ figures mean something only when it is otherwise idle.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,27 +28,14 @@ from capsem_core import _archive
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_verify import verify_ledger as baseline_verify  # noqa: E402
-from conftest import sample_ledger, warm  # noqa: E402
-
-RAW = int(os.environ.get("CAPSEM_BENCH_RAW", str(1 << 30)))
-BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+from conftest import RAW, sample_ledger, warm  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _load_average(request):
-    before = os.getloadavg()[0]
-    yield
-    print(f"\n{request.node.name}: load average {before:.2f} -> {os.getloadavg()[0]:.2f}")
 
 
-@pytest.fixture(scope="module")
-def large() -> Path:
-    return warm(sample_ledger("large", raw_bytes=RAW))
 
 
-@pytest.fixture(scope="module")
-def small() -> Path:
-    return warm(sample_ledger("small", bodies=BODIES))
+
 
 
 def _kernel(db: Path, threads: int, use_libdeflate: bool = True) -> tuple[int, list]:

@@ -67,3 +67,29 @@ def warm(db: Path) -> Path:
                 while f.read(1 << 24):
                     pass
     return db
+
+
+# --- the shared sample ledgers and the load beside each benchmark -----------------------------
+
+BODIES = int(os.environ.get("CAPSEM_BENCH_BODIES", "1000000"))
+RAW = int(os.environ.get("CAPSEM_BENCH_RAW", str(1 << 30)))
+
+
+@pytest.fixture(scope="session")
+def small() -> Path:
+    """The small-body sample (BODIES bodies of about 100-300 bytes), cached and warm."""
+    return warm(sample_ledger("small", bodies=BODIES))
+
+
+@pytest.fixture(scope="session")
+def large() -> Path:
+    """The large-body sample (RAW raw bytes, 1 GiB by default), cached and warm."""
+    return warm(sample_ledger("large", raw_bytes=RAW))
+
+
+@pytest.fixture(autouse=True)
+def _load_average(request):
+    # Other work on a 2-core machine moves the figures: print the load next to each one.
+    before = os.getloadavg()[0]
+    yield
+    print(f"\n{request.node.name}: load average {before:.2f} -> {os.getloadavg()[0]:.2f}")
