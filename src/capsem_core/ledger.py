@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsem_core import _archive, schema
+from capsem_core import _archive, _blake3, schema
 from capsem_core.format import (
     BODY_HASH_PREFIX,
     FILE_HEADER_BYTES,
@@ -130,7 +130,7 @@ class Ledger:
         if self._archive.file_was_replaced():
             self._archive = _archive.ArchiveReader(str(self.bodies_path))
         data = self._archive.read(block_offset, body_offset, body_len)
-        got = BODY_HASH_PREFIX + _blake3_hex(data)
+        got = BODY_HASH_PREFIX + _blake3.hexdigest(data)
         if got != body_hash:
             raise BodyHashMismatch(
                 f"archived body of {event_id} does not match the row that named it: "
@@ -237,12 +237,6 @@ class Ledger:
     def delete(self) -> None:
         """Remove the pair and its sidecars together; refused while a writer holds the ledger."""
         delete_ledger(self.directory)
-
-
-def _blake3_hex(data: bytes) -> str:
-    from capsem_core import _blake3
-
-    return _blake3.hexdigest(data)
 
 
 def _copy_prefix(src: Path, dst: Path, length: int) -> None:

@@ -983,7 +983,7 @@ class _Session:
         spec = self.agent_specs.get(prov.name)
         if spec is None:
             r = random.Random(f"{prov.name} agent spec")  # the same agent build in every sample
-            system = (f"You are an interactive coding agent running inside a Capsem sandbox. "
+            system = ("You are an interactive coding agent running inside a Capsem sandbox. "
                       + self.pools.prose(r, self.p.system_bytes))
             tools = []
             for kind in self.kind_names:
@@ -1565,7 +1565,7 @@ class _Session:
         r, p = self.r, self.p
         self.transport("network.lifecycle", None, {"state": "created", "subnet": "10.77.0.0/24"})
         for key in ("api.githubcopilot.com", "sqlite.org"):
-            old, new = f"allow = []\n", f'allow = ["{key}"]\n'
+            old, new = "allow = []\n", f'allow = ["{key}"]\n'
             self.insert("profile_mutation_events", {
                 "timestamp_unix_ms": self.ms(), "mutation_id": self.eid(), "profile_id": "default",
                 "actor": "user", "category": "network", "filename": "capsem.toml",

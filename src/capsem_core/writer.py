@@ -39,7 +39,6 @@ import zstandard
 from capsem_core import format as fmt
 from capsem_core._blake3 import digest as _blake3_digest
 from capsem_core.format import (
-    BLOCK_HEADER_BYTES,
     CODEC_DEFLATE,
     CODEC_NAMES,
     CODEC_ZSTD,
