@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import archive_oracle as oracle
 
