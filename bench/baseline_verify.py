@@ -120,7 +120,8 @@ class Reader:
         self.next = at + SEG + comp_len
         self.finished = final
 
-    def read(self, block: int, offset: int, length: int) -> bytes:
+    def hexdigest(self, block: int, offset: int, length: int) -> str:
+        """BLAKE3 of a body span, hashed where it lies in the block's raw bytes (no copy)."""
         if offset < 0 or length < 0 or offset + length > MAX_RAW:
             raise Fault("out_of_range", block, "body reference out of range for its block")
         end = offset + length
@@ -134,7 +135,8 @@ class Reader:
         except Fault:
             self.block = None  # the inflater's state is unknown: the next read restarts
             raise
-        return bytes(self.raw[offset:end])
+        with memoryview(self.raw) as raw:
+            return blake3.blake3(raw[offset:end]).hexdigest()
 
 
 def verify_ledger(db_path: os.PathLike[str] | str, bodies_path: os.PathLike[str] | str | None = None
@@ -155,7 +157,7 @@ def verify_ledger(db_path: os.PathLike[str] | str, bodies_path: os.PathLike[str]
                 reader = Reader(bodies_path)
             who = f"{event_id} {table}/{direction}"
             try:
-                data = reader.read(block, offset, length)
+                got = reader.hexdigest(block, offset, length)
             except Fault as f:
                 segment = f.at if f.kind in ("bad_segment", "segment_hash", "integrity", "inflate") else None
                 findings.append((rid, event_id, table, direction, block, offset, length, segment, f.kind,
@@ -167,7 +169,6 @@ def verify_ledger(db_path: os.PathLike[str] | str, bodies_path: os.PathLike[str]
                 findings.append((rid, event_id, table, direction, block, offset, length, None, "bad_body_hash_text",
                                  f"{who}: the row's body_hash is not blake3: followed by 64 lower-case hex digits"))
                 continue
-            got = blake3.blake3(data).hexdigest()
             if got != hexed:
                 findings.append((rid, event_id, table, direction, block, offset, length, None, "body_hash",
                                  f"{who}: archived body does not match the row that named it: index says "
