@@ -5,6 +5,10 @@ Groups (the ratio table after the run divides each mean into its group's baselin
 * ``verify-large``: a large-body sample (>= 1 GiB raw; ``CAPSEM_BENCH_RAW`` overrides) —
   baseline (bench/baseline_verify.py) vs the kernel on 1 thread, 1 thread without libdeflate,
   and 2 threads. Target: 1 thread >= 2.5x the baseline.
+  The group also holds the floor (bench/verify_floor.py): only the inflate and the hashes that
+  no verifier can skip, with libdeflate and our BLAKE3 or the ``blake3`` package. The
+  baseline's time over the floor's is the most any single-threaded kernel on these
+  primitives can show on this machine.
 * ``verify-large-threads``: 2 threads vs 1 thread on the same sample. Target: >= 1.7x.
 * ``verify-small``: a small-body sample (1,000,000 bodies of ~100-300 bytes;
   ``CAPSEM_BENCH_BODIES`` overrides), index scan included on both sides. Target: >= 5x.
@@ -29,13 +33,7 @@ from capsem_core import _archive
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_verify import verify_ledger as baseline_verify  # noqa: E402
 from conftest import RAW, sample_ledger, warm  # noqa: E402
-
-
-
-
-
-
-
+import verify_floor  # noqa: E402
 
 
 def _kernel(db: Path, threads: int, use_libdeflate: bool = True) -> tuple[int, list]:
@@ -68,6 +66,20 @@ def test_large_kernel_1_thread_zlib_only(benchmark, large):
 @pytest.mark.benchmark(group="verify-large")
 def test_large_kernel_2_threads(benchmark, large):
     _run(benchmark, _kernel, large, 2)
+
+
+@pytest.mark.benchmark(group="verify-large")
+@pytest.mark.parametrize("hasher", ["ours", "package"])
+def test_large_floor(benchmark, large, hasher):
+    work = verify_floor.plan(large)
+    passes = []
+    benchmark.pedantic(lambda: passes.append(verify_floor.run(work, hasher)), rounds=3, iterations=1,
+                       warmup_rounds=0)
+    inflated, hashed, inflate_s, hash_s = min(passes, key=lambda p: p[2] + p[3])
+    benchmark.extra_info.update(inflated=inflated, hashed=hashed, inflate_s=inflate_s, hash_s=hash_s)
+    print(f"\nfloor with {hasher} BLAKE3: {inflated / 1e9:.2f} GB inflated in {inflate_s:.3f} s "
+          f"({inflated / inflate_s / 1e9:.2f} GB/s), {hashed / 1e9:.2f} GB hashed in {hash_s:.3f} s "
+          f"({hashed / hash_s / 1e9:.2f} GB/s)")
 
 
 @pytest.mark.benchmark(group="verify-large-threads")
