@@ -71,7 +71,8 @@ struct capsem_verify_job {
     atomic_uint_fast64_t bodies_done;
     atomic_int nomem;
     atomic_int stop;
-    int nthreads;
+    int nthreads;  /* threads started, each joined by capsem_verify_finish */
+    int nworkers;  /* workers allocated (may exceed nthreads when a thread failed to start) */
     pthread_t *tids;
     worker *workers;
     pthread_mutex_t lock;
@@ -419,7 +420,7 @@ static void *worker_main(void *arg) {
 
 static void free_workers(capsem_verify_job *job) {
     if (!job->workers) return;
-    for (int t = 0; t < job->nthreads; t++) {
+    for (int t = 0; t < job->nworkers; t++) {
         worker *w = &job->workers[t];
         capsem_cursor_free(w->cursor);
         if (w->ld) libdeflate_free_decompressor(w->ld);
@@ -459,9 +460,11 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     }
     if (threads > 256) threads = 256;
     if ((size_t)threads > nruns) threads = nruns ? (int)nruns : 1;
-    job->nthreads = threads;
     job->workers = aligned_alloc(64, (size_t)threads * sizeof *job->workers);
-    if (job->workers) memset(job->workers, 0, (size_t)threads * sizeof *job->workers);
+    if (job->workers) {
+        memset(job->workers, 0, (size_t)threads * sizeof *job->workers);
+        job->nworkers = threads;
+    }
     job->tids = calloc((size_t)threads, sizeof *job->tids);
     if (!job->workers || !job->tids) goto fail;
     for (int t = 0; t < threads; t++) {

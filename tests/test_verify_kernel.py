@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import shutil
 import sqlite3
 import struct
+import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -510,3 +512,91 @@ def test_the_verify_floor_refuses_bytes_that_do_not_hash_to_their_header(tmp_pat
     w.expected[0, 0] ^= 1  # the first segment's header digest, as if the payload had changed
     with pytest.raises(RuntimeError, match="differs from its header or index row"):
         verify_floor.run(work, "ours")
+
+
+# pthread_create for the verify kernel's workers (found by their start routine's library):
+# after $SHIM_ALLOW_THREADS successes one fails, then the count starts over. The kernel stops
+# starting workers at the first failure, so every verify starts exactly that many.
+_THREAD_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    static int started;
+    if (!real) real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT, "pthread_create");
+    Dl_info info;
+    if (dladdr((void *)fn, &info) && info.dli_fname && strstr(info.dli_fname, "_archive.")) {
+        const char *allow = getenv("SHIM_ALLOW_THREADS");
+        if (started >= (allow ? atoi(allow) : 0)) {
+            started = 0;
+            return EAGAIN;
+        }
+        int rc = real(t, a, fn, arg);
+        if (rc == 0) started++;
+        return rc;
+    }
+    return real(t, a, fn, arg);
+}
+"""
+
+# Verifies a ledger many times with 4 workers asked for; prints the result and how much the
+# C heap grew (a worker that never started must still have its cursor freed).
+_THREAD_SCRIPT = r"""
+import ctypes, gc, sys
+from capsem_core import _archive
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+db = sys.argv[1]
+first = _archive.verify_ledger(db, threads=4)
+for _ in range(200):  # warm up: the heap settles after a few hundred runs
+    _archive.verify_ledger(db, threads=4)
+gc.collect()
+before = libc.mallinfo2().uordblks
+for _ in range(400):
+    assert _archive.verify_ledger(db, threads=4) == first
+gc.collect()
+print(first[0], len(first[1]), libc.mallinfo2().uordblks - before)
+"""
+
+
+def _shim(tmp_path: Path) -> Path:
+    src, lib = tmp_path / "shim.c", tmp_path / "shim.so"
+    src.write_text(_THREAD_SHIM)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src), "-ldl"], check=True)
+    return lib
+
+
+@pytest.mark.parametrize("allow", [1, 3])
+def test_workers_that_cannot_start_leave_the_others_to_verify_everything_and_leak_nothing(tmp_path, allow):
+    db = make_ledger(tmp_path / "ledger", rows=120, seed=11, flush_every=5, body_bytes=(100, 600),
+                     close_every_flush=True)
+    want = baseline.verify_ledger(db)
+    env = dict(os.environ, LD_PRELOAD=str(_shim(tmp_path)), SHIM_ALLOW_THREADS=str(allow))
+    out = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(db)], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    verified, findings, grown = (int(x) for x in out)
+    assert (verified, findings) == (want[0], len(want[1])) and verified == 240
+    # 400 runs x (4 - allow) unstarted workers: a leaked cursor each would be well over 50 KB.
+    assert grown < 50_000
+
+
+def test_a_verify_whose_workers_all_fail_to_start_is_an_error_not_a_crash(tmp_path):
+    db = make_ledger(tmp_path / "ledger", rows=20, seed=12, flush_every=5, close_every_flush=True)
+    env = dict(os.environ, LD_PRELOAD=str(_shim(tmp_path)), SHIM_ALLOW_THREADS="0")
+    run = subprocess.run([sys.executable, "-c", "import sys; from capsem_core import _archive\n"
+                          "try:\n    _archive.verify_ledger(sys.argv[1], threads=2)\n"
+                          "except MemoryError as e:\n    print('MemoryError', e)\n", str(db)],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("MemoryError")
