@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """BLAKE3 entry points for Python: one-shot digests, extendable output, many bodies in one
-call (hash_many), and the SIMD level (portable / sse41 / avx2, chosen at run time)."""
+call (hash_many), and the SIMD level (portable / sse41 / avx2 / avx512, chosen at run time)."""
 
 import numpy as np
 
@@ -20,6 +20,7 @@ cdef extern from "blake3.h" nogil:
                                  size_t n, uint8_t *out)
     int capsem_blake3_level()
     int capsem_blake3_max_level()
+    int capsem_blake3_level_supported(int level)
     int capsem_blake3_set_level(int level)
     const char *capsem_blake3_level_name(int level)
 
@@ -129,8 +130,15 @@ def hash_many(buffer, offsets, lengths):
 
 
 def available_levels():
-    """Names of the SIMD levels this CPU can run, slowest first."""
-    return [capsem_blake3_level_name(i).decode() for i in range(capsem_blake3_max_level() + 1)]
+    """Names of the SIMD levels this CPU can run: portable .. the best one, slowest first, then
+    "avx512-on-avx2" (the avx512 level's code built for AVX2, for tests) where AVX2 runs."""
+    return [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)
+            if capsem_blake3_level_supported(i)]
+
+
+def best_level():
+    """Name of the level chosen on first use: the fastest this CPU runs."""
+    return capsem_blake3_level_name(capsem_blake3_max_level()).decode()
 
 
 def simd_level():
@@ -139,7 +147,8 @@ def simd_level():
 
 
 def set_simd_level(level):
-    """Force a SIMD level by name ("portable", "sse41", "avx2") or number (0, 1, 2).
+    """Force a SIMD level by name ("portable", "sse41", "avx2", "avx512", "avx512-on-avx2") or
+    number (0 to 4).
     Refuses (ValueError) a level this CPU lacks. Returns the name of the level now in use."""
     cdef int number
     names = [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)]

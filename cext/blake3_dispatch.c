@@ -1,6 +1,6 @@
 /* BLAKE3 tree and SIMD dispatch: chunk and parent nodes, the chaining-value stack, the
  * one-shot and many-input entry points, and the choice of SIMD level. The levels
- * (blake3_portable.c, blake3_sse41.c, blake3_avx2.c) only compress; everything here is
+ * (blake3_portable.c, blake3_sse41.c, blake3_avx2.c, blake3_avx512.c) only compress; everything here is
  * shared by all of them, so a level cannot change the tree. */
 #include <string.h>
 
@@ -21,6 +21,8 @@ static const kernels_t *const LEVEL_KERNELS[CAPSEM_BLAKE3_LEVELS] = {
     &capsem_blake3_portable_kernels,
     &capsem_blake3_sse41_kernels,
     &capsem_blake3_avx2_kernels,
+    &capsem_blake3_avx512_kernels,
+    &capsem_blake3_avx512_on_avx2_kernels,
 };
 
 static int cpu_has(int level) {
@@ -28,7 +30,10 @@ static int cpu_has(int level) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (level == CAPSEM_BLAKE3_SSE41) return __builtin_cpu_supports("sse4.1");
-    if (level == CAPSEM_BLAKE3_AVX2) return __builtin_cpu_supports("avx2");
+    if (level == CAPSEM_BLAKE3_AVX2 || level == CAPSEM_BLAKE3_AVX512_ON_AVX2) return __builtin_cpu_supports("avx2");
+    /* libgcc reports AVX-512 only when the OS also saves the zmm state (XCR0). */
+    if (level == CAPSEM_BLAKE3_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
 #endif
     return 0;
 }
@@ -37,9 +42,13 @@ static int cpu_has(int level) {
 static int active_level = -1;
 
 int capsem_blake3_max_level(void) {
-    int level = CAPSEM_BLAKE3_LEVELS - 1;
+    int level = CAPSEM_BLAKE3_AVX512;
     while (!cpu_has(level)) level--;
     return level;
+}
+
+int capsem_blake3_level_supported(int level) {
+    return level >= 0 && level < CAPSEM_BLAKE3_LEVELS && cpu_has(level);
 }
 
 int capsem_blake3_level(void) {

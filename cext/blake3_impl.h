@@ -67,6 +67,8 @@ typedef struct {
 extern const capsem_blake3_kernels capsem_blake3_portable_kernels;
 extern const capsem_blake3_kernels capsem_blake3_sse41_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx2_kernels;
+extern const capsem_blake3_kernels capsem_blake3_avx512_kernels;
+extern const capsem_blake3_kernels capsem_blake3_avx512_on_avx2_kernels;
 
 /* The 32-byte hash-mode digest of an input whose n >= 2 chunk CVs are cvs (overwritten):
  * its parents level by level, the last one as the root. For kernels that hash the chunks of

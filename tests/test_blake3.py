@@ -1,10 +1,13 @@
 """BLAKE3 in C (capsem_core._blake3): official vectors at every SIMD level, agreement with the
-blake3 package (oracle only) on every length up to 70,000 bytes, SIMD against portable on
-mixed slices, and the bounds hash_many enforces before it hashes."""
+blake3 package (oracle only) on every length up to 70,000 bytes at every level, SIMD against
+portable on mixed slices, and the bounds hash_many enforces before it hashes. The avx512
+level's code runs here as "avx512-on-avx2" wherever the CPU has AVX2."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +22,8 @@ from capsem_core import _blake3
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "blake3_test_vectors.json"  # the official BLAKE3 vectors
 LEVELS = _blake3.available_levels()
+# Every level the module knows, by number.
+ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2"]
 
 
 def vector_input(length: int) -> bytes:
@@ -52,9 +57,19 @@ def oracle_rows(buf: bytes, offsets: np.ndarray, lengths: np.ndarray) -> np.ndar
 
 def test_the_best_level_is_chosen_by_default_and_portable_is_always_there() -> None:
     assert LEVELS[0] == "portable"
-    assert _blake3.simd_level() in LEVELS
-    # Nothing in this module has changed the level yet: the default is the best the CPU has.
-    assert _blake3.simd_level() == LEVELS[-1]
+    # Nothing in this module has changed the level yet: the default is the best the CPU has,
+    # the last of the levels the dispatcher may choose.
+    chosen = [name for name in LEVELS if name != "avx512-on-avx2"]
+    assert _blake3.simd_level() == _blake3.best_level() == chosen[-1]
+
+
+def test_the_avx512_code_runs_on_every_avx2_cpu_and_is_never_chosen_by_itself() -> None:
+    if "avx2" not in LEVELS:
+        pytest.skip("this CPU has no AVX2")
+    assert "avx512-on-avx2" in LEVELS
+    assert _blake3.best_level() in ("avx2", "avx512")
+    assert ("avx512" in LEVELS) == (_blake3.best_level() == "avx512")
+
 
 
 def test_every_official_vector_matches_in_hash_mode_with_full_extended_output(vectors: dict, level: str) -> None:
@@ -89,21 +104,29 @@ def test_feeding_the_hasher_in_pieces_changes_nothing(vectors: dict, level: str)
             assert _blake3.extended(data, len(expected), key=key, piece=piece) == expected, (case["input_len"], piece)
 
 
-def test_every_length_up_to_70000_bytes_agrees_with_the_blake3_package(noise: bytes) -> None:
-    # Ours hashes every prefix in two hash_many calls on two threads (they run without the
-    # GIL) while the oracle's hasher gives the digest of every prefix as it grows.
-    top = 70_000
-    lengths = np.arange(top + 1, dtype=np.uint64)
+TOP = 70_000
+
+
+@pytest.fixture(scope="module")
+def every_prefix_digest(noise: bytes) -> np.ndarray:
+    """The blake3 package's digest of every prefix of noise up to TOP bytes, row by length."""
+    oracle = blake3.blake3()
+    expected = bytearray(oracle.digest())
+    for i in range(TOP):
+        oracle.update(noise[i : i + 1])
+        expected += oracle.digest()
+    return np.frombuffer(bytes(expected), dtype=np.uint8).reshape(-1, 32)
+
+
+def test_every_length_up_to_70000_bytes_agrees_with_the_blake3_package(noise: bytes, every_prefix_digest: np.ndarray,
+                                                                        level: str) -> None:
+    # Every prefix in two hash_many calls on two threads (they run without the GIL).
+    lengths = np.arange(TOP + 1, dtype=np.uint64)
     with ThreadPoolExecutor(2) as pool:
         halves = [pool.submit(_blake3.hash_many, noise, np.zeros_like(lengths[k::2]), lengths[k::2]) for k in (0, 1)]
-        oracle = blake3.blake3()
-        expected = bytearray(oracle.digest())
-        for i in range(top):
-            oracle.update(noise[i : i + 1])
-            expected += oracle.digest()
-        ours = np.empty((top + 1, 32), dtype=np.uint8)
+        ours = np.empty((TOP + 1, 32), dtype=np.uint8)
         ours[0::2], ours[1::2] = halves[0].result(), halves[1].result()
-    mismatch = np.flatnonzero((ours != np.frombuffer(bytes(expected), dtype=np.uint8).reshape(-1, 32)).any(axis=1))
+    mismatch = np.flatnonzero((ours != every_prefix_digest).any(axis=1))
     assert mismatch.size == 0, f"first wrong lengths: {mismatch[:5].tolist()}"
 
 
@@ -159,7 +182,7 @@ def test_bodies_of_mixed_small_lengths_agree_with_the_blake3_package(noise: byte
     assert np.array_equal(_blake3.hash_many(noise, offsets, lengths), oracle_rows(noise, offsets, lengths))
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 7, 8, 9, 17])
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33])
 def test_any_number_of_inputs_fills_the_lanes_correctly(noise: bytes, level: str, count: int) -> None:
     rng = np.random.default_rng(count)
     offsets, lengths = random_slices(rng, len(noise), count)
@@ -205,10 +228,10 @@ def test_hash_many_refuses_arrays_that_are_not_one_list_of_counts() -> None:
 def test_set_simd_level_takes_names_and_numbers_and_refuses_unknown_levels() -> None:
     before = _blake3.simd_level()
     try:
-        for number, name in enumerate(LEVELS):
-            assert _blake3.set_simd_level(number) == name
+        for name in LEVELS:
+            assert _blake3.set_simd_level(ALL_LEVELS.index(name)) == name
             assert _blake3.set_simd_level(name) == name == _blake3.simd_level()
-        for bad in ("avx512", "", -1, 3, 99):
+        for bad in ("avx-512", "", -1, len(ALL_LEVELS), 99):
             with pytest.raises(ValueError, match="unknown BLAKE3 SIMD level"):
                 _blake3.set_simd_level(bad)
         with pytest.raises(TypeError):
@@ -217,10 +240,15 @@ def test_set_simd_level_takes_names_and_numbers_and_refuses_unknown_levels() -> 
         _blake3.set_simd_level(before)
 
 
-@pytest.mark.skipif(len(LEVELS) == 3, reason="this CPU has every level")
-def test_set_simd_level_refuses_a_level_the_cpu_lacks() -> None:
+@pytest.mark.skipif(LEVELS == ALL_LEVELS, reason="this CPU has every level")
+def test_set_simd_level_refuses_a_level_the_cpu_lacks_and_keeps_the_one_in_use() -> None:
+    before = _blake3.simd_level()
+    missing = next(name for name in ALL_LEVELS if name not in LEVELS)
     with pytest.raises(ValueError, match="this CPU cannot run"):
-        _blake3.set_simd_level(len(LEVELS))
+        _blake3.set_simd_level(missing)
+    with pytest.raises(ValueError, match="this CPU cannot run"):
+        _blake3.set_simd_level(ALL_LEVELS.index(missing))
+    assert _blake3.simd_level() == before
 
 
 def test_extended_output_refuses_bad_lengths_and_keys() -> None:
@@ -230,3 +258,11 @@ def test_extended_output_refuses_bad_lengths_and_keys() -> None:
         _blake3.extended(b"x", 32, key=b"short")
     with pytest.raises(ValueError, match="piece"):
         _blake3.extended(b"x", 32, piece=-5)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+def test_the_avx512_level_is_built_from_avx512_instructions() -> None:
+    # The level's C is tested bit for bit as avx512-on-avx2; what only AVX-512 CPUs run is the
+    # compiler's instruction selection for it: zmm registers and vprord for the rotations.
+    listing = subprocess.run(["objdump", "-d", _blake3.__file__], check=True, capture_output=True, text=True).stdout
+    assert sum("vprord" in line and "zmm" in line for line in listing.splitlines()) >= 7 * 8 * 4
