@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import _archive
-from capsem_core.check import check_ledger
+from capsem_core.check import READ_MMAP_BYTES, check_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_doctor import doctor_verify_bodies  # noqa: E402
@@ -52,6 +52,9 @@ _means: dict[str, float] = {}
 def quick_check(db: Path) -> list[str]:
     conn = sqlite3.connect("file:" + urllib.parse.quote(str(db.absolute())) + "?mode=ro", uri=True)
     try:
+        # Through the same memory map as check's connections: about a tenth faster than
+        # reading pages with read(2), so the yardstick is quick_check at its fastest.
+        conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}").fetchall()
         return [r[0] for r in conn.execute("PRAGMA quick_check")]
     finally:
         conn.close()
