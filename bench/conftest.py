@@ -1,9 +1,13 @@
 """Shared bench helpers: after the pytest-benchmark table, print each group's same-run ratios
-to its baseline (the benchmark that sets ``benchmark.extra_info["baseline"] = True``)."""
+to its baseline (the benchmark that sets ``benchmark.extra_info["baseline"] = True``); the
+cached sample ledgers every bench reads; the load average printed beside each benchmark."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -34,10 +38,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 # --- cached sample ledgers (verify / index benches) ---------------------------------------
-
-import os  # noqa: E402
-import shutil  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 LEDGER_CACHE = Path(os.environ.get("CAPSEM_BENCH_CACHE", Path.home() / ".cache" / "capsem-core-bench"))
 
