@@ -1,7 +1,7 @@
 /* BLAKE3 tree and SIMD dispatch: chunk and parent nodes, the chaining-value stack, the
  * one-shot and many-input entry points, and the choice of SIMD level. The levels
- * (blake3_portable.c, blake3_sse41.c, blake3_avx2.c, blake3_avx512.c) only compress; everything here is
- * shared by all of them, so a level cannot change the tree. */
+ * (blake3_portable.c, blake3_sse41.c, blake3_avx2.c, blake3_avx512.c) only compress;
+ * everything here is shared by all of them, so a level cannot change the tree. */
 #include <string.h>
 
 #include "blake3_impl.h"

@@ -1,5 +1,6 @@
-/* BLAKE3 SIMD kernels written once for any lane count. Included by blake3_avx2.c (8 lanes)
- * and blake3_sse41.c (4 lanes), each compiled for its instruction set, after they define:
+/* BLAKE3 SIMD kernels written once for any lane count. Included by blake3_x16.h (16 lanes,
+ * the AVX-512 level), blake3_avx2.c (8 lanes) and blake3_sse41.c (4 lanes), each compiled
+ * for its instruction set, after they define:
  *
  *   LANES, LANES_MIN       lanes per vector; the fewest inputs worth a partial group
  *   vec                    a vector of LANES 32-bit words
