@@ -570,11 +570,13 @@ print(first[0], len(first[1]), libc.mallinfo2().uordblks - before)
 """
 
 
-def _shim(tmp_path: Path) -> Path:
+def _shim_env(tmp_path: Path, allow: int) -> dict[str, str]:
     src, lib = tmp_path / "shim.c", tmp_path / "shim.so"
     src.write_text(_THREAD_SHIM)
     subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib), str(src), "-ldl"], check=True)
-    return lib
+    # After what is preloaded already (scripts/sanitize preloads the sanitizer runtimes first).
+    preload = " ".join(p for p in (os.environ.get("LD_PRELOAD", ""), str(lib)) if p)
+    return dict(os.environ, LD_PRELOAD=preload, SHIM_ALLOW_THREADS=str(allow))
 
 
 @pytest.mark.parametrize("allow", [1, 3])
@@ -582,7 +584,7 @@ def test_workers_that_cannot_start_leave_the_others_to_verify_everything_and_lea
     db = make_ledger(tmp_path / "ledger", rows=120, seed=11, flush_every=5, body_bytes=(100, 600),
                      close_every_flush=True)
     want = baseline.verify_ledger(db)
-    env = dict(os.environ, LD_PRELOAD=str(_shim(tmp_path)), SHIM_ALLOW_THREADS=str(allow))
+    env = _shim_env(tmp_path, allow)
     out = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(db)], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     verified, findings, grown = (int(x) for x in out)
@@ -593,7 +595,7 @@ def test_workers_that_cannot_start_leave_the_others_to_verify_everything_and_lea
 
 def test_a_verify_whose_workers_all_fail_to_start_is_an_error_not_a_crash(tmp_path):
     db = make_ledger(tmp_path / "ledger", rows=20, seed=12, flush_every=5, close_every_flush=True)
-    env = dict(os.environ, LD_PRELOAD=str(_shim(tmp_path)), SHIM_ALLOW_THREADS="0")
+    env = _shim_env(tmp_path, 0)
     run = subprocess.run([sys.executable, "-c", "import sys; from capsem_core import _archive\n"
                           "try:\n    _archive.verify_ledger(sys.argv[1], threads=2)\n"
                           "except MemoryError as e:\n    print('MemoryError', e)\n", str(db)],
