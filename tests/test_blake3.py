@@ -265,4 +265,6 @@ def test_the_avx512_level_is_built_from_avx512_instructions() -> None:
     # The level's C is tested bit for bit as avx512-on-avx2; what only AVX-512 CPUs run is the
     # compiler's instruction selection for it: zmm registers and vprord for the rotations.
     listing = subprocess.run(["objdump", "-d", _blake3.__file__], check=True, capture_output=True, text=True).stdout
-    assert sum("vprord" in line and "zmm" in line for line in listing.splitlines()) >= 7 * 8 * 4
+    # At least the 32 rotations of one round's eight G functions (optimised builds unroll all
+    # seven rounds, several times over; scripts/sanitize builds at -O1 and unrolls less).
+    assert sum("vprord" in line and "zmm" in line for line in listing.splitlines()) >= 8 * 4
