@@ -21,6 +21,7 @@ cdef extern from "blake3.h" nogil:
     int capsem_blake3_level()
     int capsem_blake3_max_level()
     int capsem_blake3_level_supported(int level)
+    int capsem_blake3_level_self_check(int level)
     int capsem_blake3_set_level(int level)
     const char *capsem_blake3_level_name(int level)
 
@@ -136,8 +137,17 @@ def available_levels():
             if capsem_blake3_level_supported(i)]
 
 
+def self_check(level):
+    """True if the named level runs here and gives the portable level's digests on the fixed
+    probe the automatic choice checks it against (every level the CPU lacks: False)."""
+    names = [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)]
+    if level not in names:
+        raise ValueError(f"unknown BLAKE3 SIMD level {level!r} (known: {', '.join(names)})")
+    return bool(capsem_blake3_level_self_check(names.index(level)))
+
+
 def best_level():
-    """Name of the level chosen on first use: the fastest this CPU runs."""
+    """Name of the level chosen on first use: the fastest this CPU runs that passes self_check."""
     return capsem_blake3_level_name(capsem_blake3_max_level()).decode()
 
 

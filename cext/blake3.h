@@ -55,10 +55,15 @@ void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const
 
 /* The level in use. */
 int capsem_blake3_level(void);
-/* The level chosen on first use: the highest of portable .. avx512 this CPU supports. */
+/* The level chosen on first use: the highest of portable .. avx512 this CPU supports that
+ * passes capsem_blake3_level_self_check (computed once). */
 int capsem_blake3_max_level(void);
 /* 1 if this CPU (and its OS) can run the level, else 0. */
 int capsem_blake3_level_supported(int level);
+/* 1 if the level runs here and gives the portable level's digests on a fixed probe (one-shot
+ * lengths around block, chunk and lane edges, and one many-input call), else 0. The
+ * automatic choice only takes a level that passes. */
+int capsem_blake3_level_self_check(int level);
 /* Forces a level (tests and benchmarks). Returns 0, or -1 if the level is unknown or the CPU
  * lacks it (nothing changes then). Calls already running finish on the level they began with. */
 int capsem_blake3_set_level(int level);

@@ -63,6 +63,13 @@ def test_the_best_level_is_chosen_by_default_and_portable_is_always_there() -> N
     assert _blake3.simd_level() == _blake3.best_level() == chosen[-1]
 
 
+def test_every_level_the_cpu_runs_passes_the_self_check_the_automatic_choice_makes() -> None:
+    assert all(_blake3.self_check(name) for name in LEVELS)
+    assert not any(_blake3.self_check(name) for name in ALL_LEVELS if name not in LEVELS)
+    with pytest.raises(ValueError, match="unknown BLAKE3 SIMD level"):
+        _blake3.self_check("avx1024")
+
+
 def test_the_avx512_code_runs_on_every_avx2_cpu_and_is_never_chosen_by_itself() -> None:
     if "avx2" not in LEVELS:
         pytest.skip("this CPU has no AVX2")
