@@ -124,6 +124,7 @@ def test_report_ratios(small: Path, capsys) -> None:
     conn.close()
     doctor_full = _means["doctor_subset"] / DOCTOR_SUBSET * bodies
     one_conn_full = _means["doctor_one_conn"] / (DOCTOR_SUBSET * 10) * bodies
+    cores = os.cpu_count() or 1
     lines = [
         f"small: {small} ({bodies:,} bodies)",
         f"check (no verify) / quick_check alone: {_means['check']:.3f} s / {_means['quick_check']:.3f} s = "
@@ -132,9 +133,9 @@ def test_report_ratios(small: Path, capsys) -> None:
         f"{_means['check_verify'] / _means['kernel']:.2f}x (target <= 1.15x)",
         f"quick_check alone / verify kernel alone: {_means['quick_check']:.3f} s / {_means['kernel']:.3f} s = "
         f"{_means['quick_check'] / _means['kernel']:.2f}x (check --verify-bodies runs quick_check first, so on "
-        f"this ledger it is at least 1 + that far from the kernel alone; on {os.cpu_count()} cores, overlapping "
+        f"this ledger it is at least 1 + that far from the kernel alone; on {cores} cores, overlapping "
         f"the two could at best reach (quick_check + cores x kernel) / (cores x kernel) = "
-        f"{(_means['quick_check'] + (os.cpu_count() or 1) * _means['kernel']) / ((os.cpu_count() or 1) * _means['kernel']):.2f}x)",
+        f"{(_means['quick_check'] + cores * _means['kernel']) / (cores * _means['kernel']):.2f}x)",
         f"large-body sample, check --verify-bodies / verify kernel alone: "
         f"{_means.get('check_verify_large', float('nan')):.3f} s / {_means.get('kernel_large', float('nan')):.3f} s = "
         f"{_means.get('check_verify_large', float('nan')) / _means.get('kernel_large', float('nan')):.2f}x",

@@ -133,17 +133,13 @@ def hash_many(buffer, offsets, lengths):
 def available_levels():
     """Names of the SIMD levels this CPU can run: portable .. the best one, slowest first, then
     "avx512-on-avx2" (the avx512 level's code built for AVX2, for tests) where AVX2 runs."""
-    return [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)
-            if capsem_blake3_level_supported(i)]
+    return [name for i, name in enumerate(_level_names()) if capsem_blake3_level_supported(i)]
 
 
 def self_check(level):
-    """True if the named level runs here and gives the portable level's digests on the fixed
-    probe the automatic choice checks it against (every level the CPU lacks: False)."""
-    names = [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)]
-    if level not in names:
-        raise ValueError(f"unknown BLAKE3 SIMD level {level!r} (known: {', '.join(names)})")
-    return bool(capsem_blake3_level_self_check(names.index(level)))
+    """True if the level (a name or number) runs here and gives the portable level's digests
+    on the fixed probe the automatic choice checks it against; False where the CPU lacks it."""
+    return bool(capsem_blake3_level_self_check(_level_number(level)))
 
 
 def best_level():
@@ -156,23 +152,30 @@ def simd_level():
     return capsem_blake3_level_name(capsem_blake3_level()).decode()
 
 
+def _level_names():
+    return [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)]
+
+
+def _level_number(level):
+    """The number of a level given by name or number (ValueError if unknown)."""
+    names = _level_names()
+    if isinstance(level, str):
+        if level not in names:
+            raise ValueError(f"unknown BLAKE3 SIMD level {level!r} (known: {', '.join(names)})")
+        return names.index(level)
+    if isinstance(level, int) and not isinstance(level, bool):
+        if not 0 <= level < CAPSEM_BLAKE3_LEVELS:
+            raise ValueError(f"unknown BLAKE3 SIMD level {level} (0 to {CAPSEM_BLAKE3_LEVELS - 1})")
+        return level
+    raise TypeError("a SIMD level is a name or a number")
+
+
 def set_simd_level(level):
     """Force a SIMD level by name ("portable", "sse41", "avx2", "avx512", "avx512-on-avx2") or
     number (0 to 4).
     Refuses (ValueError) a level this CPU lacks. Returns the name of the level now in use."""
-    cdef int number
-    names = [capsem_blake3_level_name(i).decode() for i in range(CAPSEM_BLAKE3_LEVELS)]
-    if isinstance(level, str):
-        if level not in names:
-            raise ValueError(f"unknown BLAKE3 SIMD level {level!r} (known: {', '.join(names)})")
-        number = names.index(level)
-    elif isinstance(level, int) and not isinstance(level, bool):
-        if not 0 <= level < CAPSEM_BLAKE3_LEVELS:
-            raise ValueError(f"unknown BLAKE3 SIMD level {level} (0 to {CAPSEM_BLAKE3_LEVELS - 1})")
-        number = level
-    else:
-        raise TypeError("a SIMD level is a name or a number")
+    cdef int number = _level_number(level)
     if capsem_blake3_set_level(number) != 0:
-        raise ValueError(f"this CPU cannot run BLAKE3 SIMD level {names[number]!r} "
+        raise ValueError(f"this CPU cannot run BLAKE3 SIMD level {_level_names()[number]!r} "
                          f"(available: {', '.join(available_levels())})")
     return simd_level()

@@ -40,53 +40,6 @@ static int cpu_has(int level) {
 
 /* -1 until first use; then the level every call starts with. */
 static int active_level = -1;
-/* -1 until first asked; then the level capsem_blake3_max_level chose. */
-static int best_level = -1;
-
-static void hash_oneshot(const kernels_t *k, const uint8_t *in, size_t len, const uint32_t key[8], uint8_t flags,
-                         uint8_t *out, size_t out_len);
-static void hash_many_with(const kernels_t *k, const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
-                           size_t n, uint8_t *out);
-
-#define PROBE_BYTES (20 * CHUNK_LEN + 17)
-#define PROBE_SLICES 40
-
-int capsem_blake3_level_self_check(int level) {
-    if (level < 0 || level >= CAPSEM_BLAKE3_LEVELS || !cpu_has(level)) return 0;
-    const kernels_t *k = LEVEL_KERNELS[level], *ref = &capsem_blake3_portable_kernels;
-    uint8_t probe[PROBE_BYTES];
-    for (size_t i = 0; i < PROBE_BYTES; i++) probe[i] = (uint8_t)((i * i + 7 * i) % 251);
-    /* One-shot lengths around block, chunk and lane-group edges; then one hash_many call
-     * over slices of every length class, so the lanes meet partial groups and long inputs. */
-    static const size_t lengths[] = {0, 1, 64, 65, 1023, 1024, 1025, 2048, 4097, 8 * 1024, 16 * 1024 + 1,
-                                     PROBE_BYTES};
-    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
-        uint8_t got[32], want[32];
-        hash_oneshot(k, probe, lengths[i], CAPSEM_BLAKE3_IV, 0, got, 32);
-        hash_oneshot(ref, probe, lengths[i], CAPSEM_BLAKE3_IV, 0, want, 32);
-        if (memcmp(got, want, 32) != 0) return 0;
-    }
-    uint64_t offs[PROBE_SLICES], lens[PROBE_SLICES];
-    uint8_t got[PROBE_SLICES * 32], want[PROBE_SLICES * 32];
-    for (size_t i = 0; i < PROBE_SLICES; i++) {
-        lens[i] = (i * 977) % (i % 5 == 4 ? 18 * CHUNK_LEN : CHUNK_LEN + 1);
-        offs[i] = (i * 131) % (PROBE_BYTES - lens[i] + 1);
-    }
-    hash_many_with(k, probe, offs, lens, PROBE_SLICES, got);
-    hash_many_with(ref, probe, offs, lens, PROBE_SLICES, want);
-    return memcmp(got, want, sizeof got) == 0;
-}
-
-int capsem_blake3_max_level(void) {
-    int level = __atomic_load_n(&best_level, __ATOMIC_ACQUIRE);
-    if (level >= 0) return level;
-    /* A SIMD level that the development machine could not run (AVX-512) is trusted only once
-     * it gives portable's digests here, on this CPU; otherwise the next level down is used. */
-    level = CAPSEM_BLAKE3_AVX512;
-    while (level > CAPSEM_BLAKE3_PORTABLE && !(cpu_has(level) && capsem_blake3_level_self_check(level))) level--;
-    __atomic_store_n(&best_level, level, __ATOMIC_RELEASE);
-    return level;
-}
 
 int capsem_blake3_level_supported(int level) {
     return level >= 0 && level < CAPSEM_BLAKE3_LEVELS && cpu_has(level);
@@ -104,7 +57,7 @@ int capsem_blake3_level(void) {
 }
 
 int capsem_blake3_set_level(int level) {
-    if (level < 0 || level >= CAPSEM_BLAKE3_LEVELS || !cpu_has(level)) return -1;
+    if (!capsem_blake3_level_supported(level)) return -1;
     __atomic_store_n(&active_level, level, __ATOMIC_RELEASE);
     return 0;
 }
@@ -421,4 +374,49 @@ static void hash_many_with(const kernels_t *k, const uint8_t *base, const uint64
 void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const uint64_t *lengths,
                              size_t n, uint8_t *out) {
     hash_many_with(kernels(), base, offsets, lengths, n, out);
+}
+
+/* ---- choosing the level ------------------------------------------------------------ */
+
+/* -1 until first asked; then the level capsem_blake3_max_level chose. */
+static int best_level = -1;
+
+#define PROBE_BYTES (20 * CHUNK_LEN + 17)
+#define PROBE_SLICES 40
+
+int capsem_blake3_level_self_check(int level) {
+    if (!capsem_blake3_level_supported(level)) return 0;
+    const kernels_t *k = LEVEL_KERNELS[level], *ref = &capsem_blake3_portable_kernels;
+    uint8_t probe[PROBE_BYTES];
+    for (size_t i = 0; i < PROBE_BYTES; i++) probe[i] = (uint8_t)((i * i + 7 * i) % 251);
+    /* One-shot lengths around block, chunk and lane-group edges; then one hash_many call
+     * over slices of every length class, so the lanes meet partial groups and long inputs. */
+    static const size_t lengths[] = {0, 1, 64, 65, 1023, 1024, 1025, 2048, 4097, 8 * 1024, 16 * 1024 + 1,
+                                     PROBE_BYTES};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        uint8_t got[32], want[32];
+        hash_oneshot(k, probe, lengths[i], CAPSEM_BLAKE3_IV, 0, got, 32);
+        hash_oneshot(ref, probe, lengths[i], CAPSEM_BLAKE3_IV, 0, want, 32);
+        if (memcmp(got, want, 32) != 0) return 0;
+    }
+    uint64_t offs[PROBE_SLICES], lens[PROBE_SLICES];
+    uint8_t got[PROBE_SLICES * 32], want[PROBE_SLICES * 32];
+    for (size_t i = 0; i < PROBE_SLICES; i++) {
+        lens[i] = (i * 977) % (i % 5 == 4 ? 18 * CHUNK_LEN : CHUNK_LEN + 1);
+        offs[i] = (i * 131) % (PROBE_BYTES - lens[i] + 1);
+    }
+    hash_many_with(k, probe, offs, lens, PROBE_SLICES, got);
+    hash_many_with(ref, probe, offs, lens, PROBE_SLICES, want);
+    return memcmp(got, want, sizeof got) == 0;
+}
+
+int capsem_blake3_max_level(void) {
+    int level = __atomic_load_n(&best_level, __ATOMIC_ACQUIRE);
+    if (level >= 0) return level;
+    /* A SIMD level that the development machine could not run (AVX-512) is trusted only once
+     * it gives portable's digests here, on this CPU; otherwise the next level down is used. */
+    level = CAPSEM_BLAKE3_AVX512;
+    while (level > CAPSEM_BLAKE3_PORTABLE && !capsem_blake3_level_self_check(level)) level--;
+    __atomic_store_n(&best_level, level, __ATOMIC_RELEASE);
+    return level;
 }
