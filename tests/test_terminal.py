@@ -1,0 +1,50 @@
+"""The one terminal sanitizer: hostile ledger strings are shown, never executed."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from capsem_core.terminal import sanitize
+
+HOSTILE = [
+    ("\x1b]8;;https://evil.example/\x07click\x1b]8;;\x07", "\\x1b]8;;https://evil.example/\\x07click\\x1b]8;;\\x07"),
+    ("ok\rDAMAGED", "ok\\x0dDAMAGED"),
+    ("abc\u202edcba", "abc\\u202edcba"),
+    ("a\u2066b\u2069", "a\\u2066b\\u2069"),
+    ("zero\u200bwidth", "zero\\u200bwidth"),
+    ("line\u2028sep", "line\\u2028sep"),
+    ("nel\x85c1\x9b", "nel\\x85c1\\x9b"),
+    ("tab\tnew\nline", "tab\\x09new\\x0aline"),
+    ("del\x7f", "del\\x7f"),
+    ("bom\ufeff", "bom\\ufeff"),
+    ("surrogate\udcff", "surrogate\\udcff"),
+    ("tag\U000e0041", "tag\\U000e0041"),
+]
+
+
+def test_hostile_strings_are_shown_as_visible_escapes() -> None:
+    for raw, shown in HOSTILE:
+        assert sanitize(raw) == shown
+
+
+def test_plain_text_and_other_scripts_pass_unchanged() -> None:
+    for text in ("api.anthropic.com", "/home/u/ファイル.txt", "naïve café", "emoji 🎉", ""):
+        assert sanitize(text) == text
+
+
+def test_none_is_empty_and_numbers_are_their_text() -> None:
+    assert sanitize(None) == ""
+    assert sanitize(42) == "42"
+    assert sanitize(1.5) == "1.5"
+
+
+@given(st.text())
+def test_no_sanitized_text_holds_a_character_a_terminal_could_act_on(text: str) -> None:
+    out = sanitize(text)
+    assert out.isprintable()
+    assert "\x1b" not in out and "\r" not in out
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))))
+def test_printable_text_is_never_altered(text: str) -> None:
+    assert sanitize(text) == text
