@@ -268,13 +268,16 @@ def test_a_file_that_is_not_sqlite_is_a_one_line_error(tmp_path: Path, capsys) -
 @pytest.mark.parametrize("make", ["missing", "directory", "empty"])
 def test_missing_or_unusable_paths_are_one_line_errors_naming_them(tmp_path: Path, capsys, make: str) -> None:
     target = tmp_path / "session.db"
-    expected = {"missing": "no such file", "directory": "not a regular file",
+    expected = {"missing": "no such file", "directory": "no such file",
                 "empty": "empty file, not a session ledger"}[make]
     if make == "directory":
+        # --db takes a ledger directory too: an empty one lacks its session.db.
         target.mkdir()
     elif make == "empty":
         target.write_bytes(b"")
     code, out, err = run_cli(capsys, "--db", str(target))
+    if make == "directory":
+        target = target / "session.db"
     assert (code, out) == (1, "")
     assert err == f"capsem-ledger check: {target}: {expected}\n"
 
@@ -512,10 +515,13 @@ def test_list_without_main_db_fails_and_with_no_sessions_says_so(tmp_path: Path,
     assert code == 1 and err == "No sessions found\n"
 
 
-def test_a_session_and_db_together_are_refused(ledger: Path, capsys) -> None:
-    code, _, err = run_cli(capsys, "abc", "--db", str(ledger))
-    assert code == 1
-    assert "give a session or --db, not both" in err
+def test_a_session_and_db_together_are_refused_with_the_usage_line(ledger: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        run_cli(capsys, "abc", "--db", str(ledger))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: capsem-ledger check ")
+    assert "give a SESSION or --db PATH, not both" in err
 
 
 # --- the command as a process ---------------------------------------------------------------------
