@@ -221,6 +221,7 @@ class Ledger:
             sql += " WHERE source_table = ?"
             params = (source_table,)
         sql += " ORDER BY block_offset, body_offset"
+        self._live()
         try:
             cursor = self._conn.execute(sql, params)
             while True:
