@@ -571,3 +571,34 @@ def test_page_damage_wins_over_every_later_problem(ledger: Path, capsys) -> None
     assert doc["checks"]["pages"]["status"] == "fail"
     assert doc["checks"]["pages"]["findings_total"] >= 1
     assert {c["status"] for k, c in doc["checks"].items() if k != "pages"} == {"skipped"}
+
+
+def test_a_ledger_directory_given_as_session_hints_at_db_and_db_takes_the_directory(ledger: Path, capsys,
+                                                                                    monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "no-home"))
+    directory = str(ledger.parent)
+    code, out, err = run_cli(capsys, directory)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.rstrip("\n").endswith(f"; did you mean --db {directory}?")
+    code, out, err = run_cli(capsys, "--db", directory)
+    assert code == 0, err
+    assert f"  {ledger}" in out.splitlines()
+    # A word that is no ledger directory gets no hint.
+    code, _, err = run_cli(capsys, "no-such-session")
+    assert code == 1 and "did you mean" not in err
+
+
+def test_version_prints_the_package_version(capsys) -> None:
+    import capsem_core
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"capsem-ledger {capsem_core.__version__}\n"
+    assert cli.package_version() == capsem_core.__version__
+
+
+def test_list_takes_precedence_as_the_doctor_has_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "no-home"))
+    code, out, err = run_cli(capsys, "--list", "--db", str(tmp_path / "x"), "--verify-bodies")
+    assert code == 1 and "main.db not found at" in err  # --list ran; --db and --verify-bodies were not refused
