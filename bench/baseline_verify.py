@@ -38,7 +38,7 @@ class Fault(Exception):
 
 
 def _integrity(at: int, detail: str, kind: str = "integrity") -> Fault:
-    return Fault(kind, at, f"block at offset {at} failed integrity check: {detail}")
+    return Fault(kind, at, f"segment at offset {at} failed integrity check: {detail}")
 
 
 def _bad_segment(at: int, detail: str) -> Fault:
@@ -103,7 +103,7 @@ class Reader:
                 unconsumed = len(self.inflater.unused_data)
             ended = self.inflater.eof
         except (zlib.error, zstandard.ZstdError) as exc:
-            raise Fault("inflate", at, f"block at offset {at} did not inflate: {str(exc).split(': ', 1)[-1]}") from None
+            raise Fault("inflate", at, f"segment at offset {at} did not inflate: {str(exc).split(': ', 1)[-1]}") from None
         if len(out) > raw_len:
             raise _integrity(at, f"the segment inflates to more than {raw_len} bytes, its header says {raw_len}")
         if len(out) < raw_len:
@@ -160,8 +160,10 @@ def verify_ledger(db_path: os.PathLike[str] | str, bodies_path: os.PathLike[str]
                 got = reader.hexdigest(block, offset, length)
             except Fault as f:
                 segment = f.at if f.kind in ("bad_segment", "segment_hash", "integrity", "inflate") else None
+                # A segment's fault names the segment, and the block that holds it.
+                text = f.text if segment is None or segment == block else f"block at offset {block}: {f.text}"
                 findings.append((rid, event_id, table, direction, block, offset, length, segment, f.kind,
-                                 f"{who}: {f.text}"))
+                                 f"{who}: {text}"))
                 continue
             hexed = body_hash[7:] if isinstance(body_hash, str) else ""
             if (not isinstance(body_hash, str) or len(body_hash) != 71 or not body_hash.startswith("blake3:")

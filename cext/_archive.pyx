@@ -179,23 +179,29 @@ KIND_BODY_HASH = "body_hash"
 KIND_BAD_BODY_HASH_TEXT = "bad_body_hash_text"
 
 
-def error_text(kind, at, detail="", codec=0):
-    """Capsem's display text for an archive error kind, with our detail after a colon."""
+def error_text(kind, at, detail="", codec=0, block=None):
+    """Capsem's display text for an archive error kind, with our detail after a colon.
+
+    ``at`` is what the kind names: a block's file offset for the block kinds, a segment's
+    file offset for SEGMENT_KINDS (and the text says "segment" then). ``block``, when given
+    for a segment kind, puts the offset of the block holding that segment in front."""
     if kind == KIND_BAD_BLOCK_HEADER:
         return f"bad block header at offset {at}"
     if kind == KIND_UNSUPPORTED_CODEC:
         return f"block at offset {at} uses unsupported codec {codec}"
-    if kind == KIND_BAD_SEGMENT:
-        return f"bad segment at offset {at}" + (f": {detail}" if detail else "")
     if kind == KIND_TRUNCATED:
         return f"block at offset {at} is truncated: the file ends inside its payload"
-    if kind in (KIND_SEGMENT_HASH, KIND_INTEGRITY):
-        return f"block at offset {at} failed integrity check" + (f": {detail}" if detail else "")
-    if kind == KIND_INFLATE:
-        return f"block at offset {at} did not inflate: {detail}"
     if kind == KIND_OUT_OF_RANGE:
         return "body reference out of range for its block"
-    raise ValueError(kind)
+    if kind == KIND_BAD_SEGMENT:
+        text = f"bad segment at offset {at}" + (f": {detail}" if detail else "")
+    elif kind in (KIND_SEGMENT_HASH, KIND_INTEGRITY):
+        text = f"segment at offset {at} failed integrity check" + (f": {detail}" if detail else "")
+    elif kind == KIND_INFLATE:
+        text = f"segment at offset {at} did not inflate: {detail}"
+    else:
+        raise ValueError(kind)
+    return text if block is None else f"block at offset {block}: {text}"
 
 
 _KIND_ERROR = {
@@ -231,17 +237,19 @@ cdef str _kind_of(int status, int hash_mismatch):
     return "unknown"
 
 
-cdef tuple _error_fields(const capsem_error *e):
-    """(kind, at, text) of a C error."""
+cdef tuple _error_fields(const capsem_error *e, block=None):
+    """(kind, at, text) of a C error; ``block`` names the block of a segment error."""
     kind = _kind_of(e.status, e.hash_mismatch)
     detail = e.detail.decode("utf-8", "replace")
-    return kind, e.at, error_text(kind, e.at, detail, e.codec)
+    if kind not in SEGMENT_KINDS or block == e.at:
+        block = None
+    return kind, e.at, error_text(kind, e.at, detail, e.codec, block)
 
 
-cdef object _raise_error(const capsem_error *e, path):
+cdef object _raise_error(const capsem_error *e, path, block=None):
     if e.status == CAPSEM_E_NOMEM:
         raise MemoryError(f"{path}: {e.detail.decode('utf-8', 'replace')}")
-    kind, at, text = _error_fields(e)
+    kind, at, text = _error_fields(e, block)
     raise _KIND_ERROR[kind](text, path)
 
 
@@ -350,7 +358,7 @@ cdef class ArchiveReader:
                     continue
                 if st == CAPSEM_E_TRUNCATED:
                     capsem_cursor_discard(self.c)
-                _raise_error(&e, self.path)
+                _raise_error(&e, self.path, block_offset)
         finally:
             self.busy = False
 
@@ -392,7 +400,8 @@ cdef class ArchiveReader:
         if block_offset < 0 or block_offset >= 1 << 64:
             raise _fmt.BadBlockHeader(error_text(KIND_BAD_BLOCK_HEADER, block_offset), self.path)
         if disk_len < 0 or disk_len >= 1 << 64:
-            raise _fmt.BadSegment(f"bad segment at offset {block_offset}: extent length {disk_len}", self.path)
+            raise _fmt.BadSegment(f"block at offset {block_offset} records an extent length {disk_len} "
+                                  f"outside 0..2**64-1", self.path)
         cdef capsem_extent ext
         cdef capsem_error e
         cdef capsem_status st
@@ -587,7 +596,10 @@ def findings_of(outcome, bodies, db_path=None):
         else:
             kind, at, text = outcome.errors[int(outcome.err_index[i])]
             if kind in SEGMENT_KINDS:
+                # The kernel's text names the segment; say which block holds it too.
                 segment_offset = int(at)
+                if segment_offset != int(blk[i]):
+                    text = f"block at offset {int(blk[i])}: {text}"
         who = f"{event_id} {table}/{direction}" if event_id is not None else f"row {rid}"
         findings.append(Finding(rid, event_id, table, direction, int(blk[i]), int(off[i]), int(ln[i]),
                                 segment_offset, kind, f"{who}: {text}"))

@@ -311,7 +311,8 @@ capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t bl
         return CAPSEM_E_SEGMENT;
     }
     if (disk_len > UINT64_MAX - block_offset) {
-        set_error(err, CAPSEM_E_SEGMENT, block_offset, "the extent's length overflows");
+        /* A segment error names a segment: the first one, which the extent cannot hold. */
+        set_error(err, CAPSEM_E_SEGMENT, block_offset + CAPSEM_BLOCK_HEADER_BYTES, "the extent's length overflows");
         return CAPSEM_E_SEGMENT;
     }
     uint64_t end = block_offset + disk_len;

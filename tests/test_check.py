@@ -268,13 +268,16 @@ def test_a_file_that_is_not_sqlite_is_a_one_line_error(tmp_path: Path, capsys) -
 @pytest.mark.parametrize("make", ["missing", "directory", "empty"])
 def test_missing_or_unusable_paths_are_one_line_errors_naming_them(tmp_path: Path, capsys, make: str) -> None:
     target = tmp_path / "session.db"
-    expected = {"missing": "no such file", "directory": "not a regular file",
+    expected = {"missing": "no such file", "directory": "no such file",
                 "empty": "empty file, not a session ledger"}[make]
     if make == "directory":
+        # --db takes a ledger directory too: an empty one lacks its session.db.
         target.mkdir()
     elif make == "empty":
         target.write_bytes(b"")
     code, out, err = run_cli(capsys, "--db", str(target))
+    if make == "directory":
+        target = target / "session.db"
     assert (code, out) == (1, "")
     assert err == f"capsem-ledger check: {target}: {expected}\n"
 
@@ -512,10 +515,13 @@ def test_list_without_main_db_fails_and_with_no_sessions_says_so(tmp_path: Path,
     assert code == 1 and err == "No sessions found\n"
 
 
-def test_a_session_and_db_together_are_refused(ledger: Path, capsys) -> None:
-    code, _, err = run_cli(capsys, "abc", "--db", str(ledger))
-    assert code == 1
-    assert "give a session or --db, not both" in err
+def test_a_session_and_db_together_are_refused_with_the_usage_line(ledger: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        run_cli(capsys, "abc", "--db", str(ledger))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: capsem-ledger check ")
+    assert "give a SESSION or --db PATH, not both" in err
 
 
 # --- the command as a process ---------------------------------------------------------------------
@@ -565,3 +571,34 @@ def test_page_damage_wins_over_every_later_problem(ledger: Path, capsys) -> None
     assert doc["checks"]["pages"]["status"] == "fail"
     assert doc["checks"]["pages"]["findings_total"] >= 1
     assert {c["status"] for k, c in doc["checks"].items() if k != "pages"} == {"skipped"}
+
+
+def test_a_ledger_directory_given_as_session_hints_at_db_and_db_takes_the_directory(ledger: Path, capsys,
+                                                                                    monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "no-home"))
+    directory = str(ledger.parent)
+    code, out, err = run_cli(capsys, directory)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.rstrip("\n").endswith(f"; did you mean --db {directory}?")
+    code, out, err = run_cli(capsys, "--db", directory)
+    assert code == 0, err
+    assert f"  {ledger}" in out.splitlines()
+    # A word that is no ledger directory gets no hint.
+    code, _, err = run_cli(capsys, "no-such-session")
+    assert code == 1 and "did you mean" not in err
+
+
+def test_version_prints_the_package_version(capsys) -> None:
+    import capsem_core
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"capsem-ledger {capsem_core.__version__}\n"
+    assert cli.package_version() == capsem_core.__version__
+
+
+def test_list_takes_precedence_as_the_doctor_has_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "no-home"))
+    code, out, err = run_cli(capsys, "--list", "--db", str(tmp_path / "x"), "--verify-bodies")
+    assert code == 1 and "main.db not found at" in err  # --list ran; --db and --verify-bodies were not refused

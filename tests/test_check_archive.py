@@ -428,12 +428,30 @@ def test_a_flipped_segment_hash_fails_that_segments_bodies_with_its_offset(ledge
     assert verify["status"] == "fail"
     kinds = {f["code"] for f in verify["findings"]}
     assert kinds == {"segment_hash"}
+    assert at != first  # the second segment of the block: its offset is not the block's
     for f in verify["findings"]:
         assert f["location"]["segment_offset"] == at
-        assert f"block at offset {at} failed integrity check" in f["message"]
+        assert f["location"]["block_offset"] == first
+        # Each offset under its own name: the block as the block, the segment as the segment.
+        assert f"block at offset {first}: segment at offset {at} failed integrity check" in f["message"]
+        assert f"block at offset {at}" not in f["message"]
         assert f["message"].startswith(f"{f['location']['event_id']} {f['location']['source_table']}/"
                                        f"{f['location']['direction']}: ")
     assert verify["counts"]["verified"] == 12 - verify["findings_total"]
+
+
+def test_reading_a_body_past_a_damaged_second_segment_names_the_block_and_the_segment(ledger: Path) -> None:
+    from capsem_core.format import IntegrityError
+    from capsem_core.ledger import Ledger
+
+    first, _, d1 = blocks(ledger)[0]
+    at = segments(bodies_of(ledger), first, d1)[1][0]
+    flip(bodies_of(ledger), at + 20)  # the second segment's BLAKE3 digest
+    last = sql(ledger, "SELECT event_id, source_table, direction FROM event_body_blobs WHERE block_offset = ? "
+                       "ORDER BY body_offset DESC LIMIT 1", (first,))[0]
+    with Ledger(ledger) as reader, pytest.raises(IntegrityError) as info:
+        reader.read_body(*last)
+    assert f"block at offset {first}: segment at offset {at} failed integrity check" in str(info.value)
 
 
 def test_a_body_hash_that_does_not_match_its_bytes_is_found(ledger: Path, capsys) -> None:
@@ -455,6 +473,23 @@ def test_verify_is_skipped_when_the_structure_is_damaged(ledger: Path) -> None:
     assert verify.status == "skipped"
     assert "disagree" in verify.reason
     assert report.exit_code() == 1
+
+
+def test_a_requested_but_skipped_verify_says_so_in_the_text_report(ledger: Path, capsys) -> None:
+    second, _, disk_len = blocks(ledger)[1]
+    sql(ledger, "UPDATE body_blocks SET disk_len = ? WHERE block_offset = ?", (disk_len + 1, second))
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies")
+    assert code == 1
+    skipped = [line for line in archive_lines(out) if "--verify-bodies" in line]
+    assert skipped == ["  --verify-bodies skipped: the body index and archive disagree; "
+                       "bodies are not read until they agree"]
+    assert "bodies read back" not in out
+    code, out, _ = run_cli(capsys, "--db", str(ledger), "--verify-bodies", "--json")
+    verify = json.loads(out)["checks"]["verify_bodies"]
+    assert verify["status"] == "skipped" and "disagree" in verify["reason"]
+    # Not requested: the hint, not a "skipped" line.
+    code, out, _ = run_cli(capsys, "--db", str(ledger))
+    assert not any("skipped" in line for line in archive_lines(out))
 
 
 def test_the_progress_bar_draws_bytes_bodies_and_speed_on_a_terminal(tmp_path: Path) -> None:

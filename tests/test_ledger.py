@@ -231,3 +231,40 @@ def test_a_text_span_in_the_index_is_a_ledger_error_naming_session_db(tmp_path: 
         assert info.value.path == tmp_path / "session.db"
         with pytest.raises(fmt.LedgerError, match="non-integer span"):
             list(ledger.bodies())
+
+
+def _archive_handles(bodies: Path) -> tuple[int, int]:
+    """(mappings of ``bodies`` in /proc/self/maps, descriptors open on it in /proc/self/fd)."""
+    target = os.path.realpath(bodies)
+    with open("/proc/self/maps") as f:
+        maps = sum(1 for line in f if line.rstrip("\n").endswith(" " + target))
+    fds = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == target:
+                fds += 1
+        except OSError:
+            pass  # the descriptor listdir itself used, now closed
+    return maps, fds
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux /proc")
+def test_close_releases_the_archive_map_and_descriptor_and_later_reads_are_refused(tmp_path: Path) -> None:
+    write_ledger(tmp_path, count=10)
+    bodies = tmp_path / "session.bodies"
+    assert _archive_handles(bodies) == (0, 0)
+    ledger = Ledger(tmp_path)
+    assert ledger.read_body(_event_id(3), "net_events", "request")
+    maps, fds = _archive_handles(bodies)
+    assert maps >= 1 and fds >= 1  # the reader really holds the archive open
+    ledger.close()
+    assert _archive_handles(bodies) == (0, 0)
+    assert ledger.closed
+    ledger.close()  # idempotent
+    for use in (lambda: ledger.read_body(_event_id(3), "net_events", "request"), lambda: list(ledger.bodies()),
+                ledger.ready, ledger.committed_extent, ledger.verify, lambda: ledger.copy_to(tmp_path / "copy")):
+        with pytest.raises(fmt.LedgerError, match="ledger is closed"):
+            use()
+    with Ledger(tmp_path) as again:
+        assert again.read_body(_event_id(3), "net_events", "request")
+    assert _archive_handles(bodies) == (0, 0)

@@ -351,3 +351,49 @@ def test_a_bad_size_on_the_command_line_is_a_usage_error(tmp_path: Path) -> None
         cli.main(["sample", str(tmp_path / "s"), "--raw-bytes", "lots"])
     assert exc.value.code == 2
     assert not os.path.exists(tmp_path / "s")
+
+
+def _sample_process(*argv: str, cwd: Path) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "capsem_core", "sample", *argv], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("home", [False, True])
+@pytest.mark.parametrize("where, why", [("file", "exists and is not a directory"),
+                                        ("under-file", "cannot be used as a directory: Not a directory"),
+                                        ("proc", "cannot create the directory")])
+def test_sample_onto_an_unusable_path_is_one_line_naming_it_exit_1(tmp_path: Path, home: bool, where: str,
+                                                                   why: str) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    target = {"file": a_file, "under-file": a_file / "x", "proc": Path("/proc/capsem-sample-x")}[where]
+    code, out, err = _sample_process(str(target), "--bodies", "3", *(["--home", "--sessions", "1"] if home else []),
+                                     cwd=tmp_path)
+    assert code == 1, err
+    assert out == ""
+    assert err.startswith(f"capsem-ledger sample: {target}: {why}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert a_file.read_text() == "not a directory\n"
+
+
+@pytest.mark.parametrize("argv", [[""], ["", "--home"], ["DIR", "--home", "--raw-bytes", "1M"]])
+def test_an_empty_dir_or_conflicting_arguments_are_usage_errors_exit_2(tmp_path: Path, argv: list[str]) -> None:
+    code, out, err = _sample_process(*argv, cwd=tmp_path)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("usage: capsem-ledger sample ")
+    assert err.splitlines()[-1].startswith("capsem-ledger sample: error: ")
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even into the current directory
+
+
+def test_sample_onto_an_existing_ledger_is_one_line_exit_1(tmp_path: Path) -> None:
+    assert _sample_process(str(tmp_path / "s"), "--bodies", "3", cwd=tmp_path)[0] == 0
+    code, out, err = _sample_process(str(tmp_path / "s"), "--bodies", "3", cwd=tmp_path)
+    assert code == 1 and out == ""
+    assert err == (f"capsem-ledger sample: {tmp_path / 's' / 'session.db'}: a ledger already exists here; "
+                   "refusing to overwrite it with a sample\n")

@@ -40,6 +40,7 @@ from capsem_core.format import (
     archive_path_for,
     check_file_header,
 )
+from capsem_core.terminal import sanitize
 
 # --- what the doctor looks at ---------------------------------------------------------------
 
@@ -796,7 +797,8 @@ _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "yellow"}
 
 
 def _cell(value: Any, limit: int | None = None) -> str:
-    text = "" if value is None else str(value)
+    # Sanitized first, so widths count what is shown and a cut never splits an escape.
+    text = sanitize(value)
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -808,8 +810,9 @@ def _render_table(out: list[str], s: Style, table: Table, limit: int | None = No
         out.append("")
         return
     cells = [[_cell(v, limit) for v in row] for row in table.rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(table.columns)]
-    out.append(s("bold", "  " + "  ".join(h.ljust(w) for h, w in zip(table.columns, widths))))
+    headers = [sanitize(h) for h in table.columns]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    out.append(s("bold", "  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths))))
     out.append(s("dim", "  " + "  ".join("-" * w for w in widths)))
     for row in cells:
         out.append(s("dim", "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))))
@@ -817,16 +820,22 @@ def _render_table(out: list[str], s: Style, table: Table, limit: int | None = No
 
 
 def render_text(report: CheckReport, *, colour: bool = False) -> str:
-    """The report as the doctor prints it (sections, order and wording)."""
+    """The report as the doctor prints it (sections, order and wording).
+
+    Every string that came from the ledger or the disk (the session label and path, finding
+    messages quoting values, table cells) goes through ``terminal.sanitize``: the text is
+    safe to print, and the only escape sequences in it are Style's own. ``--json`` keeps the
+    exact values."""
     s = Style(colour)
     c = report.checks
-    out: list[str] = ["", s("bold_cyan", f"Session: {report.session}"), s("dim", f"  {report.db_path}"), ""]
+    out: list[str] = ["", s("bold_cyan", f"Session: {sanitize(report.session)}"),
+                      s("dim", f"  {sanitize(report.db_path)}"), ""]
 
     pages = c["pages"]
     if pages.status == FAIL:
         out.append(s("red", "  Ledger pages damaged (quick_check):"))
         for f in pages.findings[:QUICK_CHECK_LINES_SHOWN]:
-            out.append(s("red", f"    {f.message}"))
+            out.append(s("red", f"    {sanitize(f.message)}"))
         out.append("")
         out.append(s("red", "Ledger damaged: the report ends at page integrity."))
         return "\n".join(out) + "\n"
@@ -834,7 +843,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
 
     tables = c["tables"]
     missing = tables.counts.get("missing") or []
-    out.append(s("red", "  Missing tables: " + ", ".join(missing)) if missing
+    out.append(s("red", "  Missing tables: " + ", ".join(map(sanitize, missing))) if missing
                else s("green", "  All expected tables present"))
     out.append("")
     out.append(s("bold", "Event counts:"))
@@ -844,13 +853,13 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
 
     fs = c["fs_overflow"]
     for f in fs.findings:
-        out.append(s("yellow", f"  {f.message}"))
+        out.append(s("yellow", f"  {sanitize(f.message)}"))
         out.append("")
 
     tools = c["tool_lifecycle"]
     if tools.status != SKIPPED:
         for f in tools.findings:
-            out.append(s(_SEVERITY_STYLE[f.severity], f"  {f.message}"))
+            out.append(s(_SEVERITY_STYLE[f.severity], f"  {sanitize(f.message)}"))
         total = tools.counts.get("tool_calls", 0)
         if not tools.findings and total:
             out.append(s("green", f"  All {total} tool_calls have matching responses"))
@@ -860,7 +869,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     prov = c["provider_correlation"]
     if prov.status != SKIPPED:
         if prov.findings:
-            out.append(s("red", f"  {prov.findings[0].message}"))
+            out.append(s("red", f"  {sanitize(prov.findings[0].message)}"))
             out.append("")
         elif prov.counts.get("model_calls"):
             out.append(s("green", f"  {prov.counts['model_calls']} model_calls from "
@@ -873,7 +882,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
         if nulls.findings:
             out.append(s("yellow", "  Data quality warnings:"))
             for f in nulls.findings:
-                out.append(s("yellow", f"    {f.message}"))
+                out.append(s("yellow", f"    {sanitize(f.message)}"))
         else:
             out.append(s("green", f"  All {total} model_calls have model, tokens, and preview populated"))
         out.append("")
@@ -882,7 +891,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     if usage.status != SKIPPED:
         origins = usage.tables.get("origins")
         if origins and origins.rows:
-            parts = ", ".join(f"{n} {o}" for o, n in origins.rows)
+            parts = ", ".join(f"{sanitize(n)} {sanitize(o)}" for o, n in origins.rows)
             out.append(s("cyan", f"  Tool origins: {parts} ({usage.counts['tool_calls']} total)"))
         if usage.counts.get("tool_calls"):
             out.append("")
@@ -893,7 +902,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     previews = c["previews"]
     for table, preview in previews.tables.items():
         total = previews.counts[table]
-        out.append(s("bold", f"{table} ({total} total, showing last {len(preview.rows)}):"))
+        out.append(s("bold", f"{sanitize(table)} ({total} total, showing last {len(preview.rows)}):"))
         _render_table(out, s, preview, PREVIEW_CELL_CHARS)
 
     verdict = {OK: ("green", "Ledger sound."),
@@ -919,7 +928,7 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
     if verify.status not in (SKIPPED,) and verify.findings_total:
         problems, problems_total = list(verify.findings), verify.findings_total
     for f in problems[:PROBLEMS_SHOWN]:
-        out.append(s("red", f"  {f.message}"))
+        out.append(s("red", f"  {sanitize(f.message)}"))
     if problems_total > PROBLEMS_SHOWN:
         out.append(s("red", f"  ... and {problems_total - PROBLEMS_SHOWN} more"))
     if not problems_total:
@@ -928,7 +937,10 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
         verified = verify.counts.get("verified", 0)
         line = f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
         out.append(s("green" if not verify.findings_total else "red", line))
-    elif not problems_total and not requested:
+    elif requested:
+        # Asked for but not run: say so, or the report reads as if the bodies were fine.
+        out.append(s("yellow", f"  --verify-bodies skipped: {sanitize(verify.reason)}"))
+    elif not problems_total:
         out.append(s("dim", "  (--verify-bodies reads every body back through its hash)"))
     out.append("")
 
@@ -986,11 +998,17 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="session id, or a named VM's name (default: the latest session in main.db)")
     parser.add_argument("-n", "--rows", type=_non_negative, default=5, metavar="N",
                         help="preview rows per table (default 5)")
-    parser.add_argument("--list", action="store_true", help="list recent sessions from main.db and exit")
-    parser.add_argument("--db", type=Path, metavar="PATH", help="check this session.db directly (main.db is not read)")
+    parser.add_argument("--list", action="store_true",
+                        help="list recent sessions from main.db and exit (takes precedence over the other options)")
+    parser.add_argument("--db", type=Path, metavar="PATH",
+                        help="check this session.db, or the ledger directory holding it, directly (main.db is not "
+                             "read; not together with SESSION)")
     parser.add_argument("--verify-bodies", action="store_true",
-                        help="also read every archived body back through its hash")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+                        help="also read every archived body back through its hash (skipped, and said so, when "
+                             "the index and the archive disagree)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object with the exact ledger values instead of the text report "
+                             "(whose ledger strings are escaped for the terminal)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage")
 
 
@@ -1026,7 +1044,7 @@ def _print_sessions(rows: Sequence[Any], with_usage: bool, colour: bool) -> None
 
 
 def _error(message: str, colour: bool) -> int:
-    print(Style(colour)("red", message), file=sys.stderr)
+    print(Style(colour)("red", sanitize(message)), file=sys.stderr)
     return 1
 
 
@@ -1052,8 +1070,10 @@ def run_check(args: argparse.Namespace) -> int:
 
     if args.db is not None:
         if args.session is not None:
-            raise LedgerError(f"give a session or --db, not both (got {args.session!r} and --db {args.db})")
-        db_path = args.db
+            from capsem_core.cli import UsageError
+
+            raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
+        db_path = _db_argument(args.db)
     else:
         # The doctor shows the recent sessions before resolving; the resolver itself finds an
         # explicit id or name without main.db, so main.db is only required for "latest".
@@ -1065,7 +1085,8 @@ def run_check(args: argparse.Namespace) -> int:
         try:
             ref = sessions.resolve_session(args.session)
         except LedgerError as exc:
-            return _error(exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc), err_colour)
+            message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
+            return _error(message + _db_hint(args.session), err_colour)
         db_path = ref.db_path
 
     _refuse_symlinks(Path(db_path), archive=True)
@@ -1080,6 +1101,22 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(report, colour=out_colour))
     return report.exit_code(args.strict)
+
+
+def _db_argument(path: Path) -> Path:
+    """``--db`` names session.db, or the ledger directory holding it."""
+    return path / "session.db" if path.is_dir() else path
+
+
+def _db_hint(word: str | None) -> str:
+    """"; did you mean --db WORD?" when a SESSION word that resolved to nothing is a ledger
+    directory (or a session.db) on disk, else ""."""
+    if not word:
+        return ""
+    p = Path(word)
+    if (p / "session.db").is_file() or (p.name == "session.db" and p.is_file()):
+        return f"; did you mean --db {word}?"
+    return ""
 
 
 def _session_json(row: Any) -> dict[str, Any]:

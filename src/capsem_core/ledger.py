@@ -36,7 +36,14 @@ _COPY_CHUNK = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class BodyRecord:
-    """One archived body and the index row that names it."""
+    """One archived body and the index row that names it, as ``Ledger.bodies`` yields it.
+
+    ``event_id``, ``source_table`` and ``direction`` are the row's key; ``content_type`` and
+    ``original_bytes`` what the writer recorded (``truncated`` when it kept only a prefix of a
+    body larger than the archive takes); ``data`` the bytes, already checked against the
+    segment hashes and the row's body hash. A plain frozen value: building one costs the copy
+    of ``data`` out of the inflated block, nothing more.
+    """
 
     event_id: str
     source_table: str
@@ -80,9 +87,21 @@ def ledger_paths(path: os.PathLike[str] | str) -> tuple[Path, Path]:
 
 
 class Ledger:
-    """A read-only view of one ledger pair. Thread-safe; one archive cursor per ledger."""
+    """A read-only view of one ledger pair (session.db and session.bodies), opened together.
+
+    ``Ledger(path)`` takes the ledger directory or its session.db. Opening checks that both
+    files are regular files (SymlinkRefused for a symbolic link, LedgerError naming the file
+    for a missing or foreign one), that the schema is this build's (SchemaMismatch) and that
+    session.bodies starts with a version-2 archive header (BadFileHeader); it costs a few
+    small reads and one memory map, never a scan of the tables or the archive. The ledger
+    holds one read-only SQLite connection, one descriptor and one map of session.bodies until
+    ``close()`` (or the end of a ``with`` block) releases them; any read after that raises
+    LedgerError. Thread-safe: the one archive cursor is used under a lock, so concurrent reads
+    of one Ledger take turns; open one Ledger per thread to read in parallel.
+    """
 
     def __init__(self, path: os.PathLike[str] | str):
+        self._closed = False
         self.db_path, self.bodies_path = ledger_paths(path)
         self.directory = self.db_path.parent
         _regular_file(self.db_path, "session.db")
@@ -98,7 +117,19 @@ class Ledger:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        self._conn.close()
+        """Release the SQLite connection, and session.bodies' map and descriptor.
+
+        Idempotent and cheap; waits for a read in progress on another thread to finish.
+        Every later read raises LedgerError ("ledger is closed").
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._archive.close()
+            finally:
+                self._conn.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -106,12 +137,28 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has run."""
+        return self._closed
+
+    def _live(self) -> None:
+        if self._closed:
+            raise LedgerError("ledger is closed: open it again to read it", self.db_path)
+
     def ready(self) -> None:
-        """Shape-only readiness: raises SchemaMismatch, never scans table pages."""
+        """Check, cheaply, that the ledger still has this build's shape.
+
+        Raises SchemaMismatch when a table or column the reader needs is gone or changed, and
+        LedgerError when the ledger is closed. Reads only the schema (no table pages), so it
+        can be called before every request.
+        """
         with self._lock:
+            self._live()
             self._ready.ready()
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple]:
+        self._live()
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
@@ -127,8 +174,11 @@ class Ledger:
 
     def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
         # Hold the lock across the whole read: the archive cursor is shared state.
+        self._live()
         if self._archive.file_was_replaced():
-            self._archive = _archive.ArchiveReader(str(self.bodies_path))
+            fresh = _archive.ArchiveReader(str(self.bodies_path))
+            self._archive.close()  # its map and descriptor name the replaced file
+            self._archive = fresh
         data = self._archive.read(block_offset, body_offset, body_len)
         got = BODY_HASH_PREFIX + _blake3.hexdigest(data)
         if got != body_hash:
@@ -138,7 +188,14 @@ class Ledger:
         return data
 
     def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
-        """The verified bytes of one body (segment hashes and the body hash checked)."""
+        """The verified bytes of one body (segment hashes and the body hash checked).
+
+        Raises KeyError when the index has no such body; BodyHashMismatch, IntegrityError or
+        another ArchiveError (naming the block and, where one is at fault, the segment) when
+        the archive does not hold what the index says; LedgerError for a malformed index row
+        or a closed ledger. Costs one indexed lookup and inflating the body's block up to the
+        body's end (a later body of the same block reuses what is already inflated).
+        """
         rows = self._query(
             "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
             "WHERE event_id = ? AND source_table = ? AND direction = ?",
@@ -150,7 +207,13 @@ class Ledger:
             return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
 
     def bodies(self, source_table: str | None = None) -> Iterator[BodyRecord]:
-        """Every body in archive order, each segment inflated once."""
+        """Every body (of ``source_table`` only, when given) in archive order, verified.
+
+        A generator: it reads the index in batches of 1024 rows and inflates each segment
+        once, so memory stays at one block's raw bytes plus one batch, whatever the ledger's
+        size. Raises what ``read_body`` raises, at the body concerned (the bodies before it
+        have been yielded), and LedgerError when the ledger is closed.
+        """
         sql = ("SELECT event_id, source_table, direction, content_type, original_bytes, truncated, "
                "block_offset, body_offset, body_len, body_hash FROM event_body_blobs")
         params: tuple[object, ...] = ()
@@ -158,6 +221,7 @@ class Ledger:
             sql += " WHERE source_table = ?"
             params = (source_table,)
         sql += " ORDER BY block_offset, body_offset"
+        self._live()
         try:
             cursor = self._conn.execute(sql, params)
             while True:
@@ -178,13 +242,21 @@ class Ledger:
                progress: Callable[[int, int], None] | None = None) -> tuple[int, list]:
         """Every body read back through its segment and body hashes by the native kernel.
 
-        Returns (verified_count, findings); a finding names event_id, source_table,
-        direction, block offset and (where known) segment offset. ``threads=0`` uses all cores.
+        Returns (verified_count, findings); damage is a finding, not an exception. A finding
+        names event_id, source_table, direction, block offset and (where a segment is at
+        fault) segment offset. ``threads=0`` uses all cores; ``progress(bytes, bodies)`` is
+        called a few times a second. Costs one pass over the index and inflating every
+        block once. Raises LedgerError when the index cannot be read or the ledger is closed.
         """
+        self._live()
         return _archive.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress)
 
     def committed_extent(self) -> int:
-        """Bytes of session.bodies the index vouches for: the end of the last recorded block."""
+        """Bytes of session.bodies the index vouches for: the end of the last recorded block.
+
+        One aggregate over body_blocks (one row per block, so cheap); at least the file
+        header's 16 bytes. Raises LedgerError when the query fails or the ledger is closed.
+        """
         (end,) = self._query("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks")[0]
         return max(int(end), FILE_HEADER_BYTES)
 
@@ -196,7 +268,11 @@ class Ledger:
         session.db is copied first through SQLite's backup API (a consistent snapshot even
         while a writer appends) and must pass ``PRAGMA quick_check``; session.bodies is then
         copied up to the extent that snapshot commits, so a torn tail never travels.
+        Costs a full copy of both files and one quick_check of the copy. Raises LedgerError
+        when a ledger file already exists at the destination, the copy fails quick_check,
+        session.bodies is shorter than its index commits, or this ledger is closed.
         """
+        self._live()
         dest = Path(destination)
         dest_db, dest_bodies = dest / DB_NAME, dest / BODIES_NAME
         dest.mkdir(parents=True, exist_ok=True)
@@ -231,11 +307,18 @@ class Ledger:
         return Ledger(dest)
 
     def fork(self, destination: os.PathLike[str] | str) -> Ledger:
-        """A copy meant to live on as its own session: a new writer may append to it."""
+        """A copy meant to live on as its own session: a new writer may append to it.
+
+        Same cost and errors as ``copy_to``, which it is today."""
         return self.copy_to(destination)
 
     def delete(self) -> None:
-        """Remove the pair and its sidecars together; refused while a writer holds the ledger."""
+        """Remove the pair and its sidecars together; refused while a writer holds the ledger.
+
+        Raises WriterBusy when a writer holds the ledger's lock. Works on a closed Ledger too
+        (it needs only the directory); close it first, or the open handles keep the deleted
+        files' space in use until they are released.
+        """
         delete_ledger(self.directory)
 
 

@@ -33,6 +33,7 @@ import random
 import re
 import shutil
 import sqlite3
+import stat
 import sys
 import time
 import uuid
@@ -1880,8 +1881,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _prepare_directory(directory: Path) -> None:
+    """Make ``directory`` exist as a directory before anything is written into it. A path
+    that is a file, lies under a file or cannot be created is a LedgerError naming it."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"cannot be used as a directory: {exc.strerror}", directory) from None
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise LedgerError("exists and is not a directory; refusing to write a sample there", directory)
+        return
+    try:
+        os.makedirs(directory)
+    except OSError as exc:
+        raise LedgerError(f"cannot create the directory: {exc.strerror}", exc.filename or directory) from None
+
+
 def add_sample_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", metavar="DIR", help="ledger directory to create (or the home, with --home)")
+    parser.add_argument("directory", metavar="DIR",
+                        help="ledger directory to write, created if missing (with --home: the CAPSEM_HOME to lay "
+                             "out); an existing ledger or main.db there is never overwritten")
     parser.add_argument("--seed", type=int, default=0, help="generation seed (same seed, same bytes); default 0")
     parser.add_argument("--mix", choices=MIXES, default="realistic",
                         help="realistic sessions, many small bodies (100-300 B) or large bodies; default realistic")
@@ -1897,10 +1919,14 @@ def add_sample_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_sample(args: argparse.Namespace) -> int:
+    from capsem_core.cli import UsageError
+
+    if not args.directory:
+        raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")
+    if args.home and args.raw_bytes is not None:
+        raise UsageError("--raw-bytes applies to one ledger, not to --home")
+    _prepare_directory(Path(args.directory))
     if args.home:
-        if args.raw_bytes is not None:
-            print("capsem-ledger sample: --raw-bytes applies to one ledger, not to --home", file=sys.stderr)
-            return 2
         home = write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
                                  bodies=args.bodies, codec=args.codec)
         print(home.describe())
