@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import random
 import sqlite3
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
+from capsem_core import vmnames
 from capsem_core.format import pack_file_header
 
 SESSIONS = 100_000
@@ -39,6 +41,7 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> S.Home:
     S.create_main_db(layout.main_db)
     rng = random.Random(20260327)
     rows = []
+    links: dict[str, str] = {}
     on_disk: list[Path] = []
     for i in range(SESSIONS):
         sid = f"2025{i // 3000 % 12 + 1:02d}{i % 28 + 1:02d}-{i:06d}-{rng.getrandbits(16):04x}"
@@ -51,7 +54,9 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> S.Home:
         tin, tout = (rng.randint(100, 200_000), rng.randint(10, 20_000)) if model else (0, 0)
         reqs = rng.randint(1, 500) if rng.random() < 0.7 else 0
         denied = rng.randint(0, reqs // 10) if reqs else 0
-        rows.append((sid, name, "cli", status, created, stopped, reqs, reqs - denied, denied, tin, tout,
+        if name:
+            links[name] = sid
+        rows.append((sid, 1 if name else 0, "cli", status, created, stopped, reqs, reqs - denied, denied, tin, tout,
                      round(tin * 3e-6 + tout * 15e-6, 6), rng.randint(0, 80) if model else 0,
                      rng.randint(0, 400)))
         if rng.random() < LEDGER_SHARE:
@@ -59,11 +64,15 @@ def big_home(tmp_path_factory: pytest.TempPathFactory) -> S.Home:
     conn = sqlite3.connect(layout.main_db)
     with conn:
         conn.executemany(
-            "INSERT INTO sessions (id, name, mode, status, created_at, stopped_at, total_requests, "
+            "INSERT INTO sessions (id, persistent, mode, status, created_at, stopped_at, total_requests, "
             "allowed_requests, denied_requests, total_input_tokens, total_output_tokens, "
             "total_estimated_cost, total_tool_calls, total_file_events) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     conn.close()
+    # The name links a capsem-core home keeps beside main.db, written in one go (the
+    # format of vmnames; link_name would rewrite the file once per VM).
+    vmnames.sidecar_path(layout.main_db).write_text(json.dumps(
+        {"format": vmnames.SIDECAR_FORMAT, "version": vmnames.SIDECAR_VERSION, "names": links}))
     header = pack_file_header()
     for directory in on_disk:
         directory.mkdir(parents=True)
@@ -113,22 +122,24 @@ def baseline(layout: S.Home, *argv: str) -> Callable[[], str]:
             conds.append(f"total_estimated_cost >= {args.min_cost}")
         if args.status:
             conds.append(f"status = '{args.status}'")
-        sql = ("SELECT id, name, mode, status, created_at, stopped_at, storage_mode, total_requests, "
+        sql = ("SELECT id, mode, status, created_at, stopped_at, storage_mode, total_requests, "
                "allowed_requests, denied_requests, total_input_tokens, total_output_tokens, "
-               "total_estimated_cost, total_tool_calls, total_mcp_calls, total_file_events, rolled_up_at "
+               "total_estimated_cost, total_tool_calls, total_file_events "
                "FROM sessions" + (" WHERE " + " AND ".join(conds) if conds else "")
                + " ORDER BY created_at DESC, id DESC")
         if not args.with_db:
             sql += f" LIMIT {args.n}"
         raw = conn.execute(sql).fetchall()
         conn.close()
+        by_id = vmnames.names_by_id(vmnames.read_links(layout.main_db))
         items = []
         for r in raw:
-            d = (layout.persistent_root / r[1]) if r[1] else (layout.sessions_root / r[0])
+            name = by_id.get(r[0])
+            d = (layout.persistent_root / name) if name else (layout.sessions_root / r[0])
             has = os.path.exists(d / S.SESSION_DB) and os.path.exists(d / S.SESSION_BODIES)
             if args.with_db and not has:
                 continue
-            items.append(S.ListedSession(S.SessionRow.from_tuple(r), d, has))
+            items.append(S.ListedSession(S.SessionRow.from_tuple(r), name, d, has))
             if len(items) >= args.n:
                 break
         return "\n".join(S.format_list(items)) + "\n"

@@ -16,7 +16,7 @@ from capsem_core import sessions as S
 from capsem_core.format import SchemaMismatch, pack_file_header
 from test_sessions import home, old_main_db, register, write_ledger  # noqa: F401  (home is a fixture)
 
-HEADER = ("ID                                             Created     Dur     Cost    net   tokens   tool     fs")
+HEADER = ("ID                                             Created     Dur     Cost    net   tokens   tool     fs  Name")
 
 
 def set_totals(home: S.Home, sid: str, **values: object) -> None:
@@ -235,7 +235,7 @@ def test_header_rule_row_and_footer_are_exact(home: S.Home) -> None:
         "",
         "* = session.db on disk (queryable)",
     ]
-    assert len(HEADER) == 36 + 2 + 16 + 2 + 6 + 2 + 7 + 2 + 5 + 2 + 7 + 2 + 5 + 2 + 5
+    assert len(HEADER) == 36 + 2 + 16 + 2 + 6 + 2 + 7 + 2 + 5 + 2 + 7 + 2 + 5 + 2 + 5 + 2 + len("Name")
     assert "\x1b" not in out  # not a terminal
 
 
@@ -294,7 +294,7 @@ def test_control_characters_from_main_db_never_reach_the_terminal(home: S.Home) 
     conn.close()
     _, out, _ = run()
     assert "\x1b" not in out and "\x07" not in out
-    assert out.splitlines()[2].startswith("evil?[2J?id")
+    assert out.splitlines()[2].startswith("evil\\x1b[2J\\x0aid")
     assert json.loads(run("--json")[1])[0]["id"] == "evil\x1b[2J\nid"  # JSON keeps the raw value
 
 
@@ -334,9 +334,20 @@ def test_an_empty_main_db_lists_no_sessions_with_exit_0(home: S.Home) -> None:
     assert run("-n", "0") == (0, "No sessions found\n", "")
 
 
-def test_a_main_db_from_an_older_build_is_refused_naming_the_file(home: S.Home) -> None:
+def test_a_main_db_of_an_older_capsem_without_our_columns_is_listed(home: S.Home) -> None:
+    old_main_db(home.main_db, 3)
+    code, out, err = run()
+    assert code == 0 and err == ""
+    assert out.splitlines()[2].startswith("old-1 ")
+
+
+def test_a_main_db_lacking_a_column_list_reads_is_refused_naming_the_file_and_column(home: S.Home) -> None:
     old_main_db(home.main_db)
-    with pytest.raises(SchemaMismatch) as err:
+    conn = sqlite3.connect(home.main_db)
+    conn.execute("ALTER TABLE sessions DROP COLUMN storage_mode")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaMismatch, match="lacks column\\(s\\) storage_mode$") as err:
         run()
     assert err.value.path == home.main_db
 
@@ -363,13 +374,13 @@ def test_json_has_every_column_raw_and_formatted(six: S.Home) -> None:
     objs = json.loads(out)
     assert [o["id"] for o in objs] == ["s4", "s2"]
     o = objs[0]
-    assert set(o) == set(S.SESSION_COLUMNS) | {"total_tokens", "has_ledger", "ledger_dir", "formatted"}
+    assert set(o) == set(S.DOCTOR_COLUMNS) | {"name", "total_tokens", "has_ledger", "ledger_dir", "formatted"}
     assert set(o["formatted"]) == {"created", "duration", "cost", "net", "tokens", "tool", "fs"}
     assert o["total_estimated_cost"] == 1.5 and o["formatted"]["cost"] == "$1.50"
     assert o["total_tokens"] == 5 and o["formatted"]["tokens"] == "5"
     assert o["formatted"]["created"] == "03-04 10:00:00" and o["formatted"]["duration"] == "running"
     assert o["has_ledger"] is True and o["ledger_dir"] == str(six.sessions_root / "s4")
     for key in ("total_requests", "allowed_requests", "denied_requests", "total_input_tokens",
-                "total_output_tokens", "total_tool_calls", "total_mcp_calls", "total_file_events"):
+                "total_output_tokens", "total_tool_calls", "total_file_events"):
         assert isinstance(o[key], int)
     assert o["mode"] == "cli" and o["storage_mode"] == "block" and o["name"] is None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from archive_oracle import archived_bodies, check_index_extents
-from capsem_core import cli, schema
+from capsem_core import cli, maindb, schema, sessions
 from capsem_core.format import LedgerError
 from capsem_core.sample import (
     HomeSummary,
@@ -298,10 +298,11 @@ def test_a_sample_home_has_every_kind_of_session(tmp_path: Path) -> None:
         row = rows[s.id]
         assert row["status"] == s.status and row["created_at"] == s.created_at
         if s.kind == "persistent":
-            assert s.name and s.name != s.id and row["name"] == s.name
+            assert s.name and s.name != s.id and row["persistent"] == 1
+            assert sessions.vm_name(s.id, home=tmp_path / "home") == s.name
             assert s.ledger_dir == tmp_path / "home" / "run" / "persistent" / s.name
         else:
-            assert row["name"] is None
+            assert row["persistent"] == 0 and sessions.vm_name(s.id, home=tmp_path / "home") is None
         if s.category == "vacuumed":
             assert s.ledger_dir is None
             assert not (tmp_path / "home" / "run" / "sessions" / s.id).exists()
@@ -309,7 +310,13 @@ def test_a_sample_home_has_every_kind_of_session(tmp_path: Path) -> None:
         else:
             assert s.ledger_dir is not None and (s.ledger_dir / "session.db").is_file()
             assert (s.ledger_dir / "session.bodies").is_file()
-        assert (row["rolled_up_at"] is not None) == s.rolled_up
+        if s.rolled_up and s.ledger_dir is not None:
+            totals = maindb.read_totals(s.ledger_dir / "session.db", s.id, ("exec_count", "audit_event_count"))
+            for column in ("total_requests", "total_input_tokens", "total_tool_calls", "total_file_events",
+                           "exec_count", "audit_event_count"):
+                assert row[column] == getattr(totals, column), column
+        elif not s.rolled_up:
+            assert row["total_requests"] == 0 and row["total_file_events"] == 0
         assert (row["stopped_at"] is None) == (s.status == "running")
         if s.category == "stopped":
             assert s.rolled_up and row["total_requests"] > 0 and row["total_input_tokens"] > 0

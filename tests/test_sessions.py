@@ -125,27 +125,28 @@ def test_an_explicit_home_is_self_contained(monkeypatch: pytest.MonkeyPatch, tmp
 
 # --- main.db -------------------------------------------------------------------------------
 
-def test_create_main_db_stamps_this_builds_version_and_every_documented_column(home: S.Home) -> None:
+def test_create_main_db_writes_capsems_layout_and_nothing_of_ours(home: S.Home) -> None:
     S.create_main_db(home.main_db)
     conn = sqlite3.connect(home.main_db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == S.MAIN_DB_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = {r[1]: (r[2], r[3], r[4]) for r in conn.execute("PRAGMA table_info(sessions)")}
-    assert tuple(cols) == S.SESSION_COLUMNS
+    assert tuple(cols) == S.SESSION_COLUMNS and len(cols) == 25
     assert cols["status"] == ("TEXT", 1, "'running'")
     assert cols["storage_mode"] == ("TEXT", 1, "'block'")
-    assert cols["total_estimated_cost"][0] == "REAL"
-    assert cols["name"] == ("TEXT", 0, None)
-    indexed = {r[0] for r in conn.execute(
-        "SELECT il.name FROM pragma_index_list('sessions') AS il")}
-    assert {"idx_sessions_created_at", "idx_sessions_status", "idx_sessions_name"} <= indexed
-    for table in ("ai_usage", "tool_usage", "mcp_usage"):
-        assert [r[1] for r in conn.execute(f"PRAGMA table_info({table})")][0] == "session_id"
+    assert cols["total_estimated_cost"] == ("REAL", 1, "0.0")
+    for ours in ("name", "total_mcp_calls", "rolled_up_at"):
+        assert ours not in cols
+    indexed = {r[0] for r in conn.execute("SELECT name FROM pragma_index_list('sessions') WHERE origin = 'c'")}
+    assert indexed == {"idx_sessions_created", "idx_sessions_status"}
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"sessions", "ai_usage", "tool_usage", "mcp_usage"}
     conn.close()
 
 
 def test_the_ddl_in_docs_is_the_ddl_the_code_runs() -> None:
     docs = (Path(__file__).parent.parent / "docs" / "sessions.md").read_text()
-    for statement in S._statements(S.MAIN_DB_SQL):
+    for statement in S.MAIN_DB_DDL:
         first_line = statement.splitlines()[0]
         assert first_line in docs, first_line
     assert f"user_version = {S.MAIN_DB_VERSION}" in docs
@@ -157,27 +158,39 @@ def test_create_main_db_is_idempotent_and_keeps_rows(home: S.Home) -> None:
     assert [r.id for r in S.recent_sessions(home.main_db)] == ["s1"]
 
 
-@pytest.mark.parametrize("version", [7, S.MAIN_DB_VERSION + 1])
-def test_a_main_db_from_another_build_is_refused_by_name(home: S.Home, version: int) -> None:
+@pytest.mark.parametrize("version", [0, 3, 7, 8])
+def test_a_main_db_of_any_user_version_with_the_doctors_columns_is_read_and_left_alone(
+        home: S.Home, version: int) -> None:
     old_main_db(home.main_db, version)
+    conn = sqlite3.connect(home.main_db)
+    schema = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    conn.close()
+    S.create_main_db(home.main_db)
+    S.register_session(home.main_db, "s2", created_at="2025-02-01T00:00:00Z")
+    S.mark_session(home.main_db, "s2", "stopped", "2025-02-01T00:01:00Z")
+    assert [r.id for r in S.recent_sessions(home.main_db)] == ["s2", "old-1"]
+    assert S.resolve_session(None, home=home, require_db=False).id == "s2"
+    assert [i.row.id for i in S.list_sessions(S.ListFilter(), home=home)] == ["s2", "old-1"]
+    conn = sqlite3.connect(home.main_db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == version
+    assert conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall() == schema
+    conn.close()
+
+
+@pytest.mark.parametrize("column", ["total_file_events", "created_at"])
+def test_a_main_db_lacking_a_doctor_column_is_refused_in_one_line_naming_it(home: S.Home, column: str) -> None:
+    old_main_db(home.main_db, 7)
+    conn = sqlite3.connect(home.main_db)
+    conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
+    conn.commit()
+    conn.close()
     for action in (lambda: S.open_main_db(home.main_db),
-                   lambda: S.create_main_db(home.main_db),
-                   lambda: S.register_session(home.main_db, "s2"),
                    lambda: S.recent_sessions(home.main_db),
-                   lambda: S.resolve_session(None, home=home),
                    lambda: S.list_sessions(S.ListFilter(), home=home)):
         with pytest.raises(SchemaMismatch) as err:
             action()
         assert err.value.path == home.main_db
-        assert f"user_version is {version}" in str(err.value)
-        assert str(home.main_db) in str(err.value)
-
-
-def test_a_main_db_of_this_version_missing_a_column_is_refused_naming_it(home: S.Home) -> None:
-    old_main_db(home.main_db, S.MAIN_DB_VERSION)
-    with pytest.raises(SchemaMismatch, match="lacks column.*name") as err:
-        S.open_main_db(home.main_db)
-    assert err.value.path == home.main_db
+        assert column in str(err.value) and "\n" not in str(err.value)
 
 
 def test_an_empty_file_is_not_a_main_db(home: S.Home) -> None:
@@ -231,8 +244,8 @@ def test_recent_sessions_without_main_db_names_the_path(home: S.Home) -> None:
 
 
 def test_a_session_row_reads_null_and_junk_numbers_as_zero() -> None:
-    row = S.SessionRow.from_tuple(("x", None, "cli", None, None, None, None, None, "12", 3.7, None, b"?",
-                                   float("nan"), None, None, None, None))
+    row = S.SessionRow.from_tuple(("x", "cli", None, None, None, None, "12", None, 3.7, b"?", None,
+                                   float("nan"), None, None))
     assert (row.total_requests, row.allowed_requests, row.denied_requests) == (0, 0, 3)
     assert (row.total_tokens, row.total_estimated_cost) == (0, 0.0)
 
@@ -356,14 +369,14 @@ def test_a_symlinked_session_db_is_refused_and_not_a_ledger(home: S.Home, tmp_pa
     assert not ref.has_ledger and not S.ledger_exists(ref)
 
 
-def test_a_hostile_name_recorded_in_main_db_is_refused_naming_main_db(home: S.Home) -> None:
+def test_a_hostile_id_recorded_in_main_db_is_refused_naming_main_db(home: S.Home) -> None:
     register(home, "s1", "2026-01-01T00:00:00Z")
     conn = sqlite3.connect(home.main_db)
-    conn.execute("UPDATE sessions SET name = '../../etc' WHERE id = 's1'")
+    conn.execute("UPDATE sessions SET id = '../../etc', created_at = '2027-01-01' WHERE id = 's1'")
     conn.commit()
     conn.close()
     with pytest.raises(LedgerError, match="cannot name a directory") as err:
-        S.resolve_session("s1")
+        S.resolve_session(None)
     assert err.value.path == home.main_db
 
 
@@ -405,32 +418,23 @@ def test_rollup_recomputes_every_total_from_the_ledger(home: S.Home) -> None:
     assert (row.total_requests, row.allowed_requests, row.denied_requests) == (4, 2, 1)
     assert (row.total_input_tokens, row.total_output_tokens) == (160, 32)
     assert row.total_estimated_cost == pytest.approx(0.875)
-    assert (row.total_tool_calls, row.total_mcp_calls, row.total_file_events) == (5, 3, 3)
-    assert row.rolled_up_at is not None
-    assert totals.total_requests == 4 and totals.total_file_events == 3
-    usage = S.usage_rows(home.main_db, "s1")
-    ai = {(u["provider"], u["model"]): (u["calls"], u["input_tokens"], u["output_tokens"], u["estimated_cost"])
-          for u in usage["ai_usage"]}
-    assert ai == {("anthropic", "claude-sonnet-4"): (2, 150, 25, 0.75), ("openai", ""): (1, 0, 7, 0.0),
-                  ("google", "gemini-2.5"): (1, 10, 0, 0.125)}
-    tool = {(u["tool_name"], u["origin"]): (u["calls"], u["allowed_calls"], u["denied_calls"], u["error_calls"])
-            for u in usage["tool_usage"]}
-    assert tool == {("read_file", "native"): (2, 2, 0, 1), ("snapshot", "mcp"): (2, 2, 0, 0),
-                    ("http_get", "mcp"): (1, 0, 1, 1)}
-    mcp = {u["server_name"]: (u["tool_calls"], u["distinct_tools"], u["denied_calls"], u["bytes_sent"])
-           for u in usage["mcp_usage"]}
-    assert mcp == {"fs-server": (2, 1, 0, 200), "web": (1, 1, 1, 100)}
+    # Capsem counts every fs_events row, the overflow marker included.
+    assert (row.total_tool_calls, row.total_file_events) == (5, 4)
+    assert totals.total_requests == 4 and totals.total_file_events == 4
+    assert totals.mcp_calls == 3 and (totals.exec_count, totals.audit_event_count) == (0, 0)
+    conn = sqlite3.connect(home.main_db)
+    for table in ("ai_usage", "tool_usage", "mcp_usage"):
+        assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
+    conn.close()
 
 
 def test_rollup_overwrites_so_running_it_twice_gives_the_same_numbers(home: S.Home) -> None:
     db = _ledger_for(home)
     first = S.rollup(home.main_db, "s1", db)
-    snapshot = (S.recent_sessions(home.main_db), S.usage_rows(home.main_db, "s1"))
+    snapshot = S.recent_sessions(home.main_db)
     second = S.rollup(home.main_db, "s1", db)
     assert first == second
-    again = (S.recent_sessions(home.main_db), S.usage_rows(home.main_db, "s1"))
-    assert [r.total_requests for r in again[0]] == [r.total_requests for r in snapshot[0]]
-    assert again[1] == snapshot[1]
+    assert S.recent_sessions(home.main_db) == snapshot
 
 
 def test_rollup_after_the_ledger_changes_gives_the_new_totals(home: S.Home) -> None:
@@ -442,14 +446,10 @@ def test_rollup_after_the_ledger_changes_gives_the_new_totals(home: S.Home) -> N
         conn.execute("DELETE FROM tool_calls WHERE origin = 'mcp'")
         conn.execute("DELETE FROM fs_events")
     conn.close()
-    S.rollup(home.main_db, "s1", db)
+    totals = S.rollup(home.main_db, "s1", db)
     (row,) = S.recent_sessions(home.main_db)
     assert (row.total_requests, row.denied_requests, row.total_input_tokens) == (5, 2, 161)
-    assert (row.total_tool_calls, row.total_mcp_calls, row.total_file_events) == (2, 0, 0)
-    usage = S.usage_rows(home.main_db, "s1")
-    assert usage["mcp_usage"] == []
-    assert {u["origin"] for u in usage["tool_usage"]} == {"native"}
-    assert ("ollama", "llama3") in {(u["provider"], u["model"]) for u in usage["ai_usage"]}
+    assert (row.total_tool_calls, row.total_file_events, totals.mcp_calls) == (2, 0, 0)
 
 
 def test_rollup_of_one_session_leaves_the_others_alone(home: S.Home) -> None:
@@ -461,7 +461,7 @@ def test_rollup_of_one_session_leaves_the_others_alone(home: S.Home) -> None:
     S.rollup(home.main_db, "s1", db1)
     rows = {r.id: r for r in S.recent_sessions(home.main_db)}
     assert (rows["s1"].total_requests, rows["s2"].total_requests) == (4, 1)
-    assert len(S.usage_rows(home.main_db, "s2")["tool_usage"]) == 1
+    assert (rows["s1"].total_tool_calls, rows["s2"].total_tool_calls) == (5, 1)
 
 
 @pytest.mark.parametrize("table", ["net_events", "model_calls", "tool_calls", "fs_events"])
@@ -506,9 +506,11 @@ def test_rollup_of_a_missing_or_foreign_ledger_names_the_file(home: S.Home, tmp_
 
 def test_rollup_of_an_unregistered_session_writes_nothing(home: S.Home) -> None:
     db = _ledger_for(home)
-    with pytest.raises(LedgerError, match="not registered"):
+    before = S.recent_sessions(home.main_db)
+    with pytest.raises(LedgerError, match="not registered") as err:
         S.rollup(home.main_db, "ghost", db)
-    assert S.usage_rows(home.main_db, "ghost") == {"ai_usage": [], "tool_usage": [], "mcp_usage": []}
+    assert err.value.path == home.main_db
+    assert S.recent_sessions(home.main_db) == before
 
 
 def test_rollup_opens_the_ledger_read_only(home: S.Home) -> None:
@@ -565,22 +567,25 @@ def test_the_rollup_command_resolves_a_name_and_prints_the_totals(home: S.Home) 
     assert "Rolled up co-work1 (vm-9)" in text
     assert "requests     2 (1 allowed, 1 denied)" in text
     assert "tokens       100 in + 20 out" in text
-    assert "mcp   fs-server: 1 tool calls over 1 tools" in text
+    assert "tool calls   1 (1 mcp, counted from the ledger)" in text
     out = io.StringIO()
     assert S.run_rollup(_rollup_args(None, as_json=True), stdout=out) == 0
     obj = json.loads(out.getvalue())
     assert obj["session_id"] == "vm-9" and obj["name"] == "co-work1" and obj["total_requests"] == 2
-    assert obj["usage"]["tool_usage"][0]["tool_name"] == "snapshot"
+    assert obj["mcp_calls"] == 1 and "usage" not in obj
 
 
-def test_the_rollup_command_prints_no_control_characters_from_the_ledger(home: S.Home) -> None:
+def test_the_rollup_command_prints_no_control_characters_from_the_filesystem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = S.home_layout(tmp_path / "evil\x1b[2J\rhome")
+    monkeypatch.setenv("CAPSEM_HOME", str(home.home))
+    monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
     register(home, "s1", "2026-01-01T00:00:00Z")
-    write_ledger(home.sessions_root / "s1", tools=[("rm\x1b[2J", "native", None, "allowed", "responded")],
-                 models=[("evil\r\n", "m\x9b", 1, 1, 0.0)])
+    write_ledger(home.sessions_root / "s1", net=["allowed"])
     out = io.StringIO()
-    S.run_rollup(_rollup_args("s1"), stdout=out)
-    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue() and "\x9b" not in out.getvalue()
-    assert "tool  rm?[2J [native]" in out.getvalue()
+    assert S.run_rollup(_rollup_args("s1"), stdout=out) == 0
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+    assert "evil\\x1b[2J\\x0dhome" in out.getvalue()
 
 
 def test_the_rollup_command_refuses_a_persistent_vm_main_db_does_not_know(home: S.Home) -> None:

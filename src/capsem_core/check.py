@@ -1023,12 +1023,16 @@ def _non_negative(text: str) -> int:
 
 
 def _session_table(rows: Sequence[Any], with_usage: bool) -> Table:
+    from capsem_core.terminal import sanitize
+
     columns = ["id", "mode", "status", "created_at", "requests", "in_tokens", "out_tokens", "cost"]
     if with_usage:
         columns += ["tools", "files"]
     out = []
     for r in rows:
-        line = [r.id, r.mode, r.status, r.created_at, f"{r.allowed_requests}/{r.total_requests}",
+        # Strings from main.db are data, not trusted text (capsem_core.terminal).
+        line = [sanitize(r.id), sanitize(r.mode), sanitize(r.status), sanitize(r.created_at),
+                f"{r.allowed_requests}/{r.total_requests}",
                 r.total_input_tokens, r.total_output_tokens, f"${r.total_estimated_cost:.4f}"]
         if with_usage:
             line += [r.total_tool_calls, r.total_file_events]
@@ -1120,7 +1124,10 @@ def _db_hint(word: str | None) -> str:
 
 
 def _session_json(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "name": row.name, "mode": row.mode, "status": row.status,
+    from capsem_core import sessions
+
+    # Capsem's main.db records no name: it comes from the run directory or capsem-core's sidecar.
+    return {"id": row.id, "name": sessions.vm_name(row.id), "mode": row.mode, "status": row.status,
             "created_at": row.created_at, "stopped_at": row.stopped_at,
             "total_requests": row.total_requests, "allowed_requests": row.allowed_requests,
             "denied_requests": row.denied_requests, "total_input_tokens": row.total_input_tokens,

@@ -1,0 +1,482 @@
+"""Capsem's ``main.db`` (the host session index), read and written exactly as Capsem does.
+
+Layout (``docs/sessions.md``, from Capsem's ``session_index.rs`` at ``user_version`` 7): a
+``sessions`` table of 25 columns, the indexes ``idx_sessions_created`` and
+``idx_sessions_status``, and the usage tables ``ai_usage``, ``tool_usage`` and ``mcp_usage``.
+Capsem's own tools read the file by column name and never look at ``user_version``, so this
+module does the same: any main.db whose ``sessions`` table has the columns an operation needs
+is read (and written) whatever its version, and nothing here ever alters its schema. A new
+main.db is created with Capsem's DDL, WAL journal mode and ``user_version = 7``.
+
+The rollup (:func:`rollup`) is Capsem's ``record_session_stop`` without the status: one
+``UPDATE sessions ... WHERE id = ?`` of Capsem's own total columns, computed with Capsem's
+formulas from the session's ``session.db``. It never touches the usage tables.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from capsem_core.format import LedgerError, SchemaMismatch, SymlinkRefused
+
+# The version Capsem's session index stamps. Written on creation only; never checked.
+MAIN_DB_VERSION = 7
+
+# Capsem's DDL, statement by statement, as session_index.rs runs it on every open.
+MAIN_DB_DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    mode TEXT NOT NULL,
+    command TEXT,
+    status TEXT NOT NULL DEFAULT 'running',
+    created_at TEXT NOT NULL,
+    stopped_at TEXT,
+    scratch_disk_size_gb INTEGER NOT NULL DEFAULT 16,
+    ram_bytes INTEGER NOT NULL DEFAULT 4294967296,
+    total_requests INTEGER NOT NULL DEFAULT 0,
+    allowed_requests INTEGER NOT NULL DEFAULT 0,
+    denied_requests INTEGER NOT NULL DEFAULT 0,
+    total_input_tokens INTEGER NOT NULL DEFAULT 0,
+    total_output_tokens INTEGER NOT NULL DEFAULT 0,
+    total_estimated_cost REAL NOT NULL DEFAULT 0.0,
+    total_tool_calls INTEGER NOT NULL DEFAULT 0,
+    total_file_events INTEGER NOT NULL DEFAULT 0,
+    compressed_size_bytes INTEGER,
+    vacuumed_at TEXT,
+    storage_mode TEXT NOT NULL DEFAULT 'block',
+    rootfs_hash TEXT,
+    rootfs_version TEXT,
+    forked_from TEXT,
+    persistent BOOLEAN NOT NULL DEFAULT 0,
+    exec_count INTEGER NOT NULL DEFAULT 0,
+    audit_event_count INTEGER NOT NULL DEFAULT 0
+)""",
+    "CREATE INDEX IF NOT EXISTS idx_sessions_created ON sessions(created_at)",
+    "CREATE INDEX IF NOT EXISTS idx_sessions_status ON sessions(status)",
+    """CREATE TABLE IF NOT EXISTS ai_usage (
+    session_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    call_count INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated_cost REAL NOT NULL DEFAULT 0.0,
+    total_duration_ms INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, provider)
+)""",
+    """CREATE TABLE IF NOT EXISTS tool_usage (
+    session_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL,
+    call_count INTEGER NOT NULL DEFAULT 0,
+    total_bytes INTEGER NOT NULL DEFAULT 0,
+    total_duration_ms INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, tool_name)
+)""",
+    """CREATE TABLE IF NOT EXISTS mcp_usage (
+    session_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL,
+    server_name TEXT NOT NULL,
+    call_count INTEGER NOT NULL DEFAULT 0,
+    total_bytes INTEGER NOT NULL DEFAULT 0,
+    total_duration_ms INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session_id, tool_name)
+)""",
+)
+
+SESSION_COLUMNS: tuple[str, ...] = (
+    "id", "mode", "command", "status", "created_at", "stopped_at", "scratch_disk_size_gb", "ram_bytes",
+    "total_requests", "allowed_requests", "denied_requests", "total_input_tokens", "total_output_tokens",
+    "total_estimated_cost", "total_tool_calls", "total_file_events", "compressed_size_bytes", "vacuumed_at",
+    "storage_mode", "rootfs_hash", "rootfs_version", "forked_from", "persistent", "exec_count",
+    "audit_event_count",
+)
+USAGE_TABLES: tuple[str, ...] = ("ai_usage", "tool_usage", "mcp_usage")
+
+_TOTALS: tuple[str, ...] = (
+    "total_requests", "allowed_requests", "denied_requests", "total_input_tokens", "total_output_tokens",
+    "total_estimated_cost", "total_tool_calls", "total_file_events",
+)
+# Every main.db column Capsem's doctor reads (check_session and list_sessions together).
+DOCTOR_COLUMNS: tuple[str, ...] = ("id", "mode", "status", "created_at", "stopped_at", "storage_mode", *_TOTALS)
+# What each doctor tool selects: list_sessions never reads ``mode``, check_session --list
+# never reads ``storage_mode``, so each tolerates a main.db without the other's column.
+LIST_COLUMNS: tuple[str, ...] = tuple(c for c in DOCTOR_COLUMNS if c != "mode")
+CHECK_COLUMNS: tuple[str, ...] = tuple(c for c in DOCTOR_COLUMNS if c != "storage_mode")
+# What resolving "the latest session" needs, and what the rollup writes (plus exec_count and
+# audit_event_count where main.db has them).
+LATEST_COLUMNS: tuple[str, ...] = ("id", "created_at")
+ROLLUP_COLUMNS: tuple[str, ...] = ("id", *_TOTALS)
+_OPTIONAL_COUNTS: dict[str, str] = {"exec_count": "exec_events", "audit_event_count": "audit_events"}
+
+BUSY_TIMEOUT_S = 10.0
+
+
+def now_text() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Connection:
+    mode = "ro" if readonly else ("rwc" if create else "rw")
+    uri = path.absolute().as_uri() + f"?mode={mode}"
+    try:
+        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open: {exc}", path) from exc
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def require_columns(conn: sqlite3.Connection, path: Path, needed: Sequence[str]) -> set[str]:
+    """The columns of ``sessions``; SchemaMismatch naming every one of ``needed`` it lacks."""
+    try:
+        have = set(table_columns(conn, "sessions"))
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"not a readable SQLite main.db: {exc}", path) from exc
+    if not have:
+        raise SchemaMismatch("not a Capsem main.db: it has no sessions table", path)
+    missing = [c for c in needed if c not in have]
+    if missing:
+        raise SchemaMismatch(f"main.db sessions table lacks column(s) {', '.join(missing)}", path)
+    return have
+
+
+def _refuse_link(path: Path) -> None:
+    if os.path.islink(path):
+        raise SymlinkRefused("refusing a main.db that is a symbolic link", path)
+
+
+def open_main_db(path: os.PathLike[str] | str, *, readonly: bool = True,
+                 need: Sequence[str] = DOCTOR_COLUMNS) -> tuple[sqlite3.Connection, set[str]]:
+    """Open an existing main.db and check that ``sessions`` has the columns in ``need``.
+
+    Returns the connection and the set of ``sessions`` columns. A connection for writing is
+    put in WAL mode, as Capsem opens it; nothing else about the file is changed."""
+    path = Path(path)
+    _refuse_link(path)
+    if not path.exists():
+        raise LedgerError(f"main.db not found at {path}")
+    conn = connect(path, readonly=readonly)
+    try:
+        have = require_columns(conn, path, need)
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    except sqlite3.Error as exc:
+        conn.close()
+        raise LedgerError(f"cannot open main.db for writing: {exc}", path) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn, have
+
+
+def create_main_db(path: os.PathLike[str] | str) -> Path:
+    """Create main.db (and its directory) with Capsem's DDL, WAL mode and user_version 7.
+
+    An existing main.db, of any version, is left exactly as it is: it only has to have the
+    columns the doctor reads."""
+    path = Path(path)
+    _refuse_link(path)
+    if path.exists():
+        open_main_db(path)[0].close()
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerError(f"cannot create main.db's directory: {exc}", path.parent) from exc
+    conn = connect(path, readonly=False, create=True)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL").fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        # Another process may have created it between the exists() check and our lock.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'").fetchone():
+            conn.execute("ROLLBACK")
+            require_columns(conn, path, DOCTOR_COLUMNS)
+            return path
+        for statement in MAIN_DB_DDL:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {MAIN_DB_VERSION}")
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot create main.db: {exc}", path) from exc
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+    return path
+
+
+def insert_session(main_db: os.PathLike[str] | str, session_id: str, *, mode: str, status: str,
+                   created_at: str, storage_mode: str, persistent: bool) -> Path:
+    """Insert a ``sessions`` row with the columns Capsem sets when a session starts (those the
+    file has; every other column keeps its default). main.db is created if missing."""
+    path = create_main_db(main_db)
+    conn, have = open_main_db(path, readonly=False)
+    values: dict[str, object] = {"id": session_id, "mode": mode, "status": status, "created_at": created_at,
+                                 "storage_mode": storage_mode, "persistent": 1 if persistent else 0}
+    names = [c for c in values if c in have]
+    try:
+        conn.execute(f"INSERT INTO sessions ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
+                     [values[c] for c in names])
+    except sqlite3.IntegrityError as exc:
+        raise LedgerError(f"session {session_id} is already registered ({exc})", path) from exc
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot register session {session_id}: {exc}", path) from exc
+    finally:
+        conn.close()
+    return path
+
+
+def mark_session(main_db: os.PathLike[str] | str, session_id: str, status: str,
+                 stopped_at: str | None = None) -> None:
+    """Set a session's status (``stopped``, ``crashed`` ...) and when it stopped (now if None),
+    as the stopping service gives them to Capsem's ``record_session_stop``."""
+    if not status:
+        raise ValueError("a session status is a non-empty word")
+    path = Path(main_db)
+    conn, _ = open_main_db(path, readonly=False, need=("id", "status", "stopped_at"))
+    try:
+        cur = conn.execute("UPDATE sessions SET status = ?, stopped_at = ? WHERE id = ?",
+                           (status, stopped_at or now_text(), session_id))
+        if cur.rowcount == 0:
+            raise LedgerError(f"session {session_id!r} is not registered", path)
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot mark session {session_id}: {exc}", path) from exc
+    finally:
+        conn.close()
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+def as_int(value: object) -> int:
+    # main.db columns have affinities, not types: a hostile or damaged file may hold text.
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    return 0
+
+
+def as_float(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return 0.0
+
+
+def as_text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """The doctor's columns of one ``sessions`` row; numbers read with NULL (or junk) as 0, a
+    column the file does not have as None."""
+
+    id: str
+    mode: str | None
+    status: str | None
+    created_at: str | None
+    stopped_at: str | None
+    storage_mode: str | None
+    total_requests: int
+    allowed_requests: int
+    denied_requests: int
+    total_input_tokens: int
+    total_output_tokens: int
+    total_estimated_cost: float
+    total_tool_calls: int
+    total_file_events: int
+
+    @classmethod
+    def from_tuple(cls, row: Sequence[object]) -> SessionRow:
+        sid, mode, status, created, stopped, storage, req, allowed, denied, tin, tout, cost, tools, files = row
+        return cls(sid if isinstance(sid, str) else str(sid), as_text(mode), as_text(status), as_text(created),
+                   as_text(stopped), as_text(storage), as_int(req), as_int(allowed), as_int(denied),
+                   as_int(tin), as_int(tout), as_float(cost), as_int(tools), as_int(files))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.total_input_tokens + self.total_output_tokens
+
+
+def select_rows_sql(have: set[str], alias: str = "s") -> str:
+    """``SELECT`` of the doctor's columns in SessionRow order, NULL for any the file lacks."""
+    cells = [f"{alias}.{c}" if c in have else f"NULL AS {c}" for c in DOCTOR_COLUMNS]
+    return f"SELECT {', '.join(cells)} FROM sessions AS {alias}"
+
+
+# 1-based result columns of select_rows_sql, for ORDER BY on a compound SELECT.
+ID_COLUMN = DOCTOR_COLUMNS.index("id") + 1
+CREATED_AT_COLUMN = DOCTOR_COLUMNS.index("created_at") + 1
+
+
+def recent_sessions(main_db: os.PathLike[str] | str, n: int = 5) -> list[SessionRow]:
+    """The ``n`` most recently created sessions, newest first (check's ``--list``)."""
+    path = Path(main_db)
+    if not path.exists():
+        raise LedgerError(f"main.db not found at {path}")
+    conn, have = open_main_db(path, need=CHECK_COLUMNS)
+    try:
+        rows = conn.execute(f"{select_rows_sql(have)} ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
+                            (max(0, n),)).fetchall()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read sessions: {exc}", path) from exc
+    finally:
+        conn.close()
+    return [SessionRow.from_tuple(r) for r in rows]
+
+
+def latest_session_id(main_db: Path) -> str | None:
+    conn, _ = open_main_db(main_db, need=LATEST_COLUMNS)
+    try:
+        row = conn.execute("SELECT id FROM sessions ORDER BY created_at DESC, id DESC LIMIT 1").fetchone()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read sessions: {exc}", main_db) from exc
+    finally:
+        conn.close()
+    return None if row is None else (row[0] if isinstance(row[0], str) else str(row[0]))
+
+
+def session_recorded(main_db: Path, session_id: str) -> bool:
+    conn, _ = open_main_db(main_db, need=("id",))
+    try:
+        return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read sessions: {exc}", main_db) from exc
+    finally:
+        conn.close()
+
+
+# --- rollup --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SessionTotals:
+    """What a rollup wrote for one session. ``exec_count`` / ``audit_event_count`` are None
+    when main.db has no such column (nothing was written); ``mcp_calls`` is never stored: it
+    is counted from the ledger for display (None when ``tool_calls`` has no ``origin``)."""
+
+    session_id: str
+    total_requests: int
+    allowed_requests: int
+    denied_requests: int
+    total_input_tokens: int
+    total_output_tokens: int
+    total_estimated_cost: float
+    total_tool_calls: int
+    total_file_events: int
+    exec_count: int | None
+    audit_event_count: int | None
+    mcp_calls: int | None
+
+
+_LEDGER_NEEDS: dict[str, tuple[str, ...]] = {
+    "net_events": ("decision",),
+    "model_calls": ("input_tokens", "output_tokens", "estimated_cost_usd"),
+    "tool_calls": (),
+    "fs_events": (),
+}
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_totals(ledger: Path, session_id: str, counts: Sequence[str] = ()) -> SessionTotals:
+    """Capsem's rollup figures of one ledger, in one read snapshot. ``counts`` names the
+    optional main.db columns (``exec_count``, ``audit_event_count``) to compute."""
+    if os.path.islink(ledger):
+        raise SymlinkRefused("refusing a session.db that is a symbolic link", ledger)
+    if not _is_regular_file(ledger):
+        raise LedgerError("session.db not found", ledger)
+    conn = connect(ledger, readonly=True)
+    try:
+        conn.execute("BEGIN")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        needs = dict(_LEDGER_NEEDS)
+        needs.update({_OPTIONAL_COUNTS[c]: () for c in counts})
+        for table, wanted in needs.items():
+            if table not in tables:
+                raise SchemaMismatch(f"ledger has no {table} table, so its totals cannot be rolled up", ledger)
+            missing = [c for c in wanted if c not in set(table_columns(conn, table))]
+            if missing:
+                raise SchemaMismatch(f"ledger table {table} lacks column(s) {', '.join(missing)}", ledger)
+
+        def one(sql: str) -> Any:
+            return conn.execute(sql).fetchone()[0]
+
+        req = one("SELECT COUNT(*) FROM net_events")
+        allowed = one("SELECT COUNT(*) FROM net_events WHERE decision = 'allowed'")
+        denied = one("SELECT COUNT(*) FROM net_events WHERE decision = 'denied'")
+        tin = one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls")
+        tout = one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls")
+        cost = one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls")
+        tools = one("SELECT COUNT(*) FROM tool_calls")
+        files = one("SELECT COUNT(*) FROM fs_events")
+        extra = {c: as_int(one(f"SELECT COUNT(*) FROM {_OPTIONAL_COUNTS[c]}")) for c in counts}
+        mcp = (as_int(one("SELECT COUNT(*) FROM tool_calls WHERE origin = 'mcp'"))
+               if "origin" in set(table_columns(conn, "tool_calls")) else None)
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read the ledger's totals: {exc}", ledger) from exc
+    finally:
+        conn.close()
+    return SessionTotals(session_id, as_int(req), as_int(allowed), as_int(denied), as_int(tin), as_int(tout),
+                         as_float(cost), as_int(tools), as_int(files), extra.get("exec_count"),
+                         extra.get("audit_event_count"), mcp)
+
+
+def rollup(main_db_path: os.PathLike[str] | str, session_id: str,
+           ledger_db_path: os.PathLike[str] | str) -> SessionTotals:
+    """Recompute Capsem's totals of ``session_id`` from its ledger and write them over
+    main.db's in one ``UPDATE sessions ... WHERE id = ?``.
+
+    Only Capsem's own total columns change (and ``exec_count`` / ``audit_event_count`` where
+    the file has them); status, stopped_at, the usage tables, the schema and user_version are
+    left alone. Running it twice gives the same numbers. A main.db that cannot be written
+    (read-only, locked past the busy timeout) or an unknown id is a LedgerError."""
+    path = Path(main_db_path)
+    conn, have = open_main_db(path, readonly=False, need=ROLLUP_COLUMNS)
+    conn.close()
+    counts = [c for c in _OPTIONAL_COUNTS if c in have]
+    totals = read_totals(Path(ledger_db_path), session_id, counts)
+    values: dict[str, object] = {c: getattr(totals, c) for c in (*_TOTALS, *counts)}
+    sql = (f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?")
+    conn = connect(path, readonly=False)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        cur = conn.execute(sql, (*values.values(), session_id))
+        if cur.rowcount != 1:
+            conn.execute("ROLLBACK")
+            raise LedgerError(f"session {session_id!r} is not registered, so it has no totals to roll up", path)
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot write the rollup of session {session_id}: {exc}", path) from exc
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+    return totals
+
+
+def rollup_on_close(main_db_path: os.PathLike[str] | str, session_id: str) -> Callable[[Any], None]:
+    """A callback for ``LedgerWriter(..., on_close=...)``: rolls the session up from the
+    writer's ``db_path`` once the ledger is closed."""
+    main_db = Path(main_db_path)
+
+    def _on_close(writer: Any) -> None:
+        rollup(main_db, session_id, writer.db_path)
+
+    return _on_close
