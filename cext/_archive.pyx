@@ -544,8 +544,9 @@ def _row_labels(db_path, ids):
     labels = {}
     if not len(ids):
         return labels
-    uri = Path(os.fspath(db_path)).resolve().as_uri() + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    from capsem_core import db as _db
+
+    con = _db.connect_readonly(os.fspath(db_path))
     try:
         ids = [int(x) for x in ids]
         for k in range(0, len(ids), 900):

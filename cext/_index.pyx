@@ -13,6 +13,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
+from capsem_core import db as _db
 from capsem_core import format as _fmt
 
 cnp.import_array()
@@ -36,7 +37,7 @@ cdef extern from "index_scan.h" nogil:
         int64_t *block_offset
         int64_t *raw_len
         int64_t *disk_len
-    int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen)
+    int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen)
     void capsem_index_close(capsem_index *ix)
     int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *err, size_t errlen)
     int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t start, size_t cap,
@@ -55,7 +56,7 @@ cdef extern from "index_scan.h" nogil:
         size_t filled
         int rc
         char err[256]
-    int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+    int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body_rows *rows,
                                       capsem_body_range *ranges, int n, int threads)
 
 
@@ -73,23 +74,26 @@ cdef object _index_error(path, const char *what, char *err):
 
 
 cdef class _Scan:
-    """One read transaction on session.db (closed on exit)."""
+    """One read transaction on session.db (closed on exit), opened with the URI and busy
+    timeout capsem_core.db chooses for it (the same read-only decision as every Python
+    connection)."""
     cdef capsem_index *ix
     cdef object path
-    cdef bytes cpath
+    cdef bytes curi
     cdef char err[256]
 
     def __cinit__(self, path):
         self.ix = NULL
-        self.path = os.fspath(path)
-        self.cpath = os.fsencode(self.path)
+        self.path = os.fsdecode(os.fspath(path))
         self.err[0] = 0
-        cdef const char *p = self.cpath
         cdef int rc
+        cdef int busy_ms = _db.busy_timeout_ms()
         if not os.path.isfile(self.path):
             raise _fmt.LedgerError("cannot open the body index: no such file", self.path)
+        self.curi = _db.read_plan(self.path).uri.encode()
+        cdef const char *p = self.curi
         with nogil:
-            rc = capsem_index_open(p, &self.ix, self.err, sizeof(self.err))
+            rc = capsem_index_open(p, busy_ms, &self.ix, self.err, sizeof(self.err))
         if rc != SQLITE_OK:
             raise _index_error(self.path, b"open", self.err)
 
@@ -177,8 +181,8 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
     cdef int rc = 0
     cdef int k
     cdef size_t total = 0
-    cdef bytes cpath = scan.cpath
-    cdef const char *p = cpath
+    cdef bytes curi = scan.curi
+    cdef const char *p = curi
     if ranges == NULL:
         raise MemoryError()
     try:
@@ -249,10 +253,7 @@ def _rowid_shadowed(path):
     """True when event_body_blobs declares a column named rowid, _rowid_ or oid (a hostile
     index): those names would then no longer mean the rowid the ranges are cut by, so the
     scan stays on one connection, where every row is read whatever its rowid."""
-    import sqlite3
-    import urllib.parse
-    uri = "file:" + urllib.parse.quote(os.fsdecode(path) if isinstance(path, bytes) else str(path)) + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    con = _db.connect_readonly(os.fsdecode(os.fspath(path)))
     try:
         names = {str(r[1]).lower() for r in con.execute("PRAGMA table_info(event_body_blobs)")}
     finally:

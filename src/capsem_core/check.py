@@ -20,13 +20,13 @@ import os
 import sqlite3
 import stat
 import sys
-import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from capsem_core import db
 from capsem_core.format import (
     FILE_HEADER_BYTES,
     MAX_BLOCK_RAW_BYTES,
@@ -64,8 +64,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # The largest block offset or extent length the archive check does arithmetic on: any two
 # add up without wrapping int64, and no archive comes near it. A larger value is a finding.
 MAX_EXTENT_BYTES = (1 << 62) - 1
-# How long to wait for a writer's lock before calling the ledger locked.
-BUSY_TIMEOUT_S = 2.0
 READ_MMAP_BYTES = 1 << 31
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
@@ -241,7 +239,7 @@ def _refuse_symlinks(db_path: Path, *, archive: bool) -> None:
             raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
 
 
-def _open_read_only(db_path: Path) -> sqlite3.Connection:
+def _open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
     """A read-only connection to ``db_path`` after making sure it is a readable SQLite file.
 
     Everything that would otherwise surface as an odd sqlite3 message or a traceback (missing,
@@ -264,12 +262,7 @@ def _open_read_only(db_path: Path) -> sqlite3.Connection:
         raise LedgerError("empty file, not a session ledger", db_path)
     if head != SQLITE_MAGIC:
         raise LedgerError("not a SQLite database (the file does not start with the SQLite header)", db_path)
-    uri = "file:" + urllib.parse.quote(str(db_path.absolute())) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open: {exc}", db_path) from None
-    conn.execute("PRAGMA query_only = ON")
+    conn = db.connect_readonly(db_path, plan=plan)
     # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
     # and the scans then skip a copy per page, about a tenth of quick_check's time.
     conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
@@ -659,8 +652,16 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     # A symlinked session.bodies stays a finding of the report (it is never read through);
     # the CLI refuses it up front.
     _refuse_symlinks(db_path, archive=False)
-    conn = _open_read_only(db_path)
-    pages_conn = _open_read_only(db_path)
+    # One read-only decision (db.py's) for every connection of this check, native ones too.
+    plan = db.read_plan(db_path)
+    if plan.unread_wal is not None:
+        checks["tables"].add(Finding("wal_not_read", ERROR,
+                                     f"{plan.unread_wal.describe()}; every count below is of session.db alone "
+                                     "and misses those commits (copy the ledger with its -wal to writable "
+                                     "storage to check all of it)", count=plan.unread_wal.commits,
+                                     location={"file": str(plan.unread_wal.path)}))
+    conn = _open_read_only(db_path, plan)
+    pages_conn = _open_read_only(db_path, plan)
     # quick_check is one long single-threaded pass over every page; the other checks run
     # meanwhile on their own connection and are thrown away if it finds damage, so the
     # report reads as if it had gone first (and a damaged file still ends it).

@@ -12,12 +12,11 @@ import os
 import sqlite3
 import stat
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsem_core import _archive, _blake3, schema
+from capsem_core import _archive, _blake3, db, schema
 from capsem_core.format import (
     BODY_HASH_PREFIX,
     FILE_HEADER_BYTES,
@@ -61,15 +60,8 @@ def _regular_file(path: Path, role: str) -> None:
 
 
 def connect_readonly(db_path: Path) -> sqlite3.Connection:
-    """A read-only, query-only connection that never creates or alters the file."""
-    uri = "file:" + urllib.parse.quote(str(db_path.absolute())) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("PRAGMA busy_timeout = 5000")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open as SQLite: {exc}", db_path) from None
-    return conn
+    """A read-only, query-only connection that never creates or alters the file (db.py's)."""
+    return db.connect_readonly(db_path)
 
 
 def ledger_paths(path: os.PathLike[str] | str) -> tuple[Path, Path]:
@@ -87,7 +79,13 @@ class Ledger:
         self.directory = self.db_path.parent
         _regular_file(self.db_path, "session.db")
         _regular_file(self.bodies_path, "session.bodies")
-        self._conn = connect_readonly(self.db_path)
+        plan = db.read_plan(self.db_path)
+        if plan.unread_wal is not None:
+            # Reading the main file alone would answer with rows the ledger has since
+            # superseded or lacks: refuse in one line rather than serve a stale ledger.
+            raise LedgerError(plan.unread_wal.describe() + "; copy the ledger with its -wal to writable "
+                              "storage to read it", plan.unread_wal.path)
+        self._conn = db.connect_readonly(self.db_path, plan=plan)
         try:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
@@ -206,7 +204,7 @@ class Ledger:
         tmp_db = dest / f".{DB_NAME}.copy-{os.getpid()}"
         tmp_bodies = dest / f".{BODIES_NAME}.copy-{os.getpid()}"
         try:
-            out = sqlite3.connect(tmp_db)
+            out = db.connect_readwrite(tmp_db, create=True, isolation_level="")
             try:
                 with self._lock:
                     self._conn.backup(out)

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from capsem_core import db
 from capsem_core.format import LedgerError, SchemaMismatch, SymlinkRefused
 
 # This build's main.db layout. The Capsem session index this derives from was stamped 7;
@@ -140,9 +141,6 @@ _LEDGER_COLUMNS: dict[str, tuple[str, ...]] = {
                    "bytes_sent", "bytes_received"),
     "fs_events": ("action",),
 }
-
-_BUSY_TIMEOUT_S = 10.0
-
 
 # --- paths ---------------------------------------------------------------------------------
 
@@ -309,12 +307,13 @@ def _now_text() -> str:
 
 
 def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    uri = path.absolute().as_uri() + ("?mode=ro" if readonly else "?mode=rw")
+    # db.py owns how a SQLite file is opened (read-only media, busy timeout).
+    if readonly:
+        return db.connect_readonly(path, isolation_level=None, check_same_thread=True)
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        return db.connect_readwrite(path)
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open: {exc}", path) from exc
-    return conn
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -368,9 +367,8 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
         open_main_db(path).close()
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    uri = path.absolute().as_uri() + "?mode=rwc"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        conn = db.connect_readwrite(path, create=True)
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot create main.db: {exc}", path) from exc
     try:
