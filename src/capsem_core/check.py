@@ -262,7 +262,8 @@ def _open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
         raise LedgerError("empty file, not a session ledger", db_path)
     if head != SQLITE_MAGIC:
         raise LedgerError("not a SQLite database (the file does not start with the SQLite header)", db_path)
-    conn = db.connect_readonly(db_path, plan=plan)
+    # check reads what it can and reports an unread -wal itself (check_ledger).
+    conn = db.connect_readonly(db_path, plan=plan, allow_unread_wal=True)
     # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
     # and the scans then skip a copy per page, about a tenth of quick_check's time.
     conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
@@ -336,7 +337,7 @@ class _BodyIndex:
 
 
 def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
-                        result: CheckResult) -> _BodyIndex | None:
+                        result: CheckResult, plan: db.ReadPlan) -> _BodyIndex | None:
     if not all(t in tables for t in BODY_INDEX_TABLES):
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
         return None
@@ -351,8 +352,8 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
     # size (and map it for --verify-bodies only after that): every body then names a block
     # recorded at least as late as itself, whose extent holds it and lies inside the file.
     # The other order sees a flush's bodies without its blocks: false damage.
-    bodies = _index.scan_bodies(db_path)
-    blocks = _index.scan_blocks(db_path)
+    bodies = _index.scan_bodies(db_path, plan=plan)
+    blocks = _index.scan_blocks(db_path, plan=plan)
     index = _BodyIndex(blocks, bodies)
     k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
     b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
@@ -670,7 +671,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     try:
         failure: LedgerError | None = None
         try:
-            _run_other_checks(conn, db_path, bodies_path, report, progress)
+            _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
         except LedgerError as exc:
             failure = exc
         except sqlite3.Error as exc:
@@ -697,7 +698,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 
 def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
-                      progress: ProgressCallback | None) -> None:
+                      progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
     # The SQL checks share one read transaction: a writer committing meanwhile cannot make
@@ -709,7 +710,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         _refuse_other_builds(conn, db_path)
         tables = _table_names(conn)
         row_counts = _check_tables(conn, tables, checks["tables"])
-        index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"])
+        index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan)
         _check_fs_overflow(conn, tables, checks["fs_overflow"])
         _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
         _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])

@@ -167,14 +167,33 @@ def read_plan(path: os.PathLike[str] | str) -> ReadPlan:
                     "read-only directory and no committed -wal: the database file is at rest")
 
 
-def connect_readonly(path: os.PathLike[str] | str, *, plan: ReadPlan | None = None,
+def unread_wal_error(plan: ReadPlan) -> LedgerError:
+    """The one-line refusal for a plan whose -wal holds commits it cannot read."""
+    assert plan.unread_wal is not None
+    return LedgerError(plan.unread_wal.describe() + "; reading session.db alone would miss them (copy the "
+                       "database with its -wal to writable storage to read it)", plan.unread_wal.path)
+
+
+def complete_plan(path: os.PathLike[str] | str) -> ReadPlan:
+    """``read_plan``, refused (LedgerError naming the -wal) when it would miss committed rows."""
+    plan = read_plan(path)
+    if plan.unread_wal is not None:
+        raise unread_wal_error(plan)
+    return plan
+
+
+def connect_readonly(path: os.PathLike[str] | str, *, plan: ReadPlan | None = None, allow_unread_wal: bool = False,
                      isolation_level: str | None = "", check_same_thread: bool = False) -> sqlite3.Connection:
     """The one read-only connection: never creates or alters the file, query_only on.
 
-    Raises LedgerError naming the file when SQLite cannot open it.
+    Raises LedgerError naming the file when SQLite cannot open it, and naming the -wal when
+    the plan cannot read committed rows in it, unless ``allow_unread_wal`` (a caller that
+    reports the unread WAL itself, as ``check`` does).
     """
     path = Path(path)
     plan = plan or read_plan(path)
+    if plan.unread_wal is not None and not allow_unread_wal:
+        raise unread_wal_error(plan)
     try:
         conn = sqlite3.connect(plan.uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=isolation_level,
                                check_same_thread=check_same_thread)
@@ -205,5 +224,5 @@ def connect_readwrite(path: os.PathLike[str] | str, *, create: bool = False, iso
                            check_same_thread=check_same_thread)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "ReadPlan", "WalState", "busy_timeout_ms", "connect_memory", "connect_readonly", "connect_readwrite",
-           "directory_writable", "read_plan", "wal_state"]
+__all__ = ["BUSY_TIMEOUT_S", "ReadPlan", "WalState", "busy_timeout_ms", "complete_plan", "connect_memory", "connect_readonly", "connect_readwrite",
+           "directory_writable", "read_plan", "unread_wal_error", "wal_state"]

@@ -79,13 +79,9 @@ class Ledger:
         self.directory = self.db_path.parent
         _regular_file(self.db_path, "session.db")
         _regular_file(self.bodies_path, "session.bodies")
-        plan = db.read_plan(self.db_path)
-        if plan.unread_wal is not None:
-            # Reading the main file alone would answer with rows the ledger has since
-            # superseded or lacks: refuse in one line rather than serve a stale ledger.
-            raise LedgerError(plan.unread_wal.describe() + "; copy the ledger with its -wal to writable "
-                              "storage to read it", plan.unread_wal.path)
-        self._conn = db.connect_readonly(self.db_path, plan=plan)
+        # A -wal whose commits cannot be read here (read-only media, no -shm) is refused in
+        # one line naming it: the main file alone would answer with a stale ledger.
+        self._conn = db.connect_readonly(self.db_path)
         try:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
