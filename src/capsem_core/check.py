@@ -838,6 +838,9 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     missing = tables.counts.get("missing") or []
     out.append(s("red", "  Missing tables: " + ", ".join(missing)) if missing
                else s("green", "  All expected tables present"))
+    for f in tables.findings:   # an unread -wal: the counts below are of session.db alone
+        if f.code != "missing_tables":
+            out.append(s(_SEVERITY_STYLE[f.severity], f"  {f.message}"))
     out.append("")
     out.append(s("bold", "Event counts:"))
     _render_table(out, s, tables.tables["event_counts"])
