@@ -305,6 +305,31 @@ def test_a_wal_with_its_shm_on_read_only_media_is_read_in_full(base, kind, nobod
         assert snapshot(d) == before
 
 
+def test_a_live_session_another_user_cannot_write_is_read_with_every_commit(base, nobody_prefix):
+    """A writer (root) still running in its directory (755: uid 65534 cannot write there)
+    with commits only in its -wal: the reader follows its -shm read-only and sees them all."""
+    live = base / "live"
+    write_sample(live, bodies=60)
+    with LedgerWriter(live) as writer:
+        for i in range(3):
+            eid = f"ef{i:010x}"
+            writer.insert("net_events", net_row(eid), bodies=[Body("request", eid.encode() * 40, "http.request")])
+            writer.flush()
+        assert db.wal_state(live / "session.db-wal").commits >= 3
+        os.chmod(live / "session.bodies", 0o644)
+        before = sorted(os.listdir(live))
+        got = check_json(_run(_cli("check", "--db", str(live / "session.db"), "--json", "--verify-bodies"),
+                              prefix=nobody_prefix))
+        assert got["exit_code"] == 0, got["checks"]["tables"]
+        with sqlite3.connect(live / "session.db") as conn:
+            total = conn.execute("SELECT COUNT(*) FROM net_events").fetchone()[0]
+        conn.close()
+        assert _net_events(got) == total
+        assert got["checks"]["verify_bodies"]["counts"]["verified"] == got["checks"]["body_archive"]["counts"]["bodies"]
+        # The live writer's files are its own to change; the reader created none beside them.
+        assert sorted(os.listdir(live)) == before
+
+
 # --- (d): list on a home whose main.db sits on read-only media --------------------------------
 
 @pytest.mark.parametrize("kind", MEDIA)

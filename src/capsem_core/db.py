@@ -15,8 +15,9 @@ cannot write, it cannot, and a plain ``mode=ro`` open fails ("unable to open dat
 
 1. the directory is writable: ``mode=ro``, SQLite's ordinary shared-memory reader (it may
    create ``-wal``/``-shm`` there, as any SQLite reader of a WAL database does);
-2. the ``-wal`` holds committed transactions and a readable ``-shm`` exists: ``mode=ro``;
-   SQLite reads the WAL through a read-only ``-shm`` (a heap copy), so every commit is seen;
+2. a ``-wal`` and a readable ``-shm`` exist: ``mode=ro``; SQLite (3.22 and later) reads the
+   WAL through the read-only ``-shm`` (a heap copy), so every commit is seen, and a writer
+   still running there (its ``-shm`` is the sign) is followed under SQLite's locks;
 3. a rollback-journal database with no ``-wal``: ``mode=ro`` with ordinary file locks (locks
    are not writes; they work on read-only mounts too, and keep a live writer's changes
    consistent);
@@ -155,10 +156,12 @@ def read_plan(path: os.PathLike[str] | str) -> ReadPlan:
     if directory_writable(path.absolute().parent):
         return ReadPlan(path, _uri(path, "mode=ro"), False, "the directory is writable")
     wal = wal_state(wal_path)
+    if wal is not None and os.path.isfile(shm_path) and os.access(shm_path, os.R_OK):
+        # Also with an empty -wal: its writer may be live, and this reader follows its
+        # commits and checkpoints under SQLite's locks, where immutable=1 would not.
+        return ReadPlan(path, _uri(path, "mode=ro"), False,
+                        "read-only directory; the -wal is read through the existing -shm, read-only")
     if wal is not None and wal.commits:
-        if os.path.isfile(shm_path) and os.access(shm_path, os.R_OK):
-            return ReadPlan(path, _uri(path, "mode=ro"), False,
-                            "read-only directory; the -wal is read through the existing read-only -shm")
         return ReadPlan(path, _uri(path, "mode=ro&immutable=1"), True,
                         "read-only directory; the -wal cannot be replayed", unread_wal=wal)
     if wal is None and not _wal_mode_header(path):
