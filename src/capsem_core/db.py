@@ -43,7 +43,6 @@ import sqlite3
 import struct
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 
 from capsem_core.format import LedgerError
 
@@ -69,7 +68,7 @@ def busy_timeout_ms() -> int:
 class WalState:
     """What a ``-wal`` file holds, read from its frame headers (never written)."""
 
-    path: Path
+    path: str
     frames: int    # frames of the current WAL generation (salts match the WAL header)
     commits: int   # of those, the frames that end a transaction
 
@@ -82,19 +81,24 @@ class WalState:
 class ReadPlan:
     """How one database file is opened read-only, and why."""
 
-    path: Path
+    path: str
     uri: str
     immutable: bool
     reason: str
     unread_wal: WalState | None = None
 
 
-def _uri(path: Path, params: str) -> str:
+# Paths stay strings here (os.path, not pathlib): this runs once per native scan, and
+# pathlib interns every path component it parses.
+PathArg = os.PathLike[str] | str
+
+
+def _uri(path: str, params: str) -> str:
     # quote() escapes "?", "#" and "%" (which a URI would otherwise parse) and keeps "/".
     return "file:" + urllib.parse.quote(os.fsdecode(os.path.abspath(path))) + "?" + params
 
 
-def directory_writable(directory: Path) -> bool:
+def directory_writable(directory: PathArg) -> bool:
     """True when this process can create a file in ``directory`` (sidecars such as -shm)."""
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:
@@ -104,13 +108,14 @@ def directory_writable(directory: Path) -> bool:
     return os.access(directory, os.W_OK | os.X_OK)
 
 
-def wal_state(wal_path: Path) -> WalState | None:
+def wal_state(wal_path: PathArg) -> WalState | None:
     """Frames and commits of the current generation of ``wal_path``; None when it is absent.
 
     Frames are counted while their salts match the WAL header (an older generation's frames
     after a log restart do not); checksums are not verified, so ``commits`` is an upper bound
     on what SQLite would replay, the safe side for saying a WAL was not read.
     """
+    wal_path = os.fspath(wal_path)
     try:
         with open(wal_path, "rb") as f:
             header = f.read(_WAL_HEADER)
@@ -139,7 +144,7 @@ def wal_state(wal_path: Path) -> WalState | None:
     return WalState(wal_path, frames, commits)
 
 
-def _wal_mode_header(path: Path) -> bool:
+def _wal_mode_header(path: str) -> bool:
     """True when the database header says WAL (file format read/write versions 2)."""
     try:
         with open(path, "rb") as f:
@@ -149,11 +154,11 @@ def _wal_mode_header(path: Path) -> bool:
     return len(head) == 20 and (head[18] == 2 or head[19] == 2)
 
 
-def read_plan(path: os.PathLike[str] | str) -> ReadPlan:
+def read_plan(path: PathArg) -> ReadPlan:
     """The read-only URI for ``path`` (see the module docstring for the order of choices)."""
-    path = Path(path)
-    wal_path, shm_path = Path(f"{path}-wal"), Path(f"{path}-shm")
-    if directory_writable(path.absolute().parent):
+    path = os.fspath(path)
+    wal_path, shm_path = path + "-wal", path + "-shm"
+    if directory_writable(os.path.dirname(os.path.abspath(path))):
         return ReadPlan(path, _uri(path, "mode=ro"), False, "the directory is writable")
     wal = wal_state(wal_path)
     if wal is not None and os.path.isfile(shm_path) and os.access(shm_path, os.R_OK):
@@ -177,7 +182,7 @@ def unread_wal_error(plan: ReadPlan) -> LedgerError:
                        "database with its -wal to writable storage to read it)", plan.unread_wal.path)
 
 
-def complete_plan(path: os.PathLike[str] | str) -> ReadPlan:
+def complete_plan(path: PathArg) -> ReadPlan:
     """``read_plan``, refused (LedgerError naming the -wal) when it would miss committed rows."""
     plan = read_plan(path)
     if plan.unread_wal is not None:
@@ -185,7 +190,7 @@ def complete_plan(path: os.PathLike[str] | str) -> ReadPlan:
     return plan
 
 
-def connect_readonly(path: os.PathLike[str] | str, *, plan: ReadPlan | None = None, allow_unread_wal: bool = False,
+def connect_readonly(path: PathArg, *, plan: ReadPlan | None = None, allow_unread_wal: bool = False,
                      isolation_level: str | None = "", check_same_thread: bool = False) -> sqlite3.Connection:
     """The one read-only connection: never creates or alters the file, query_only on.
 
@@ -193,7 +198,7 @@ def connect_readonly(path: os.PathLike[str] | str, *, plan: ReadPlan | None = No
     the plan cannot read committed rows in it, unless ``allow_unread_wal`` (a caller that
     reports the unread WAL itself, as ``check`` does).
     """
-    path = Path(path)
+    path = os.fspath(path)
     plan = plan or read_plan(path)
     if plan.unread_wal is not None and not allow_unread_wal:
         raise unread_wal_error(plan)
@@ -215,14 +220,14 @@ def connect_memory() -> sqlite3.Connection:
     return sqlite3.connect(":memory:")
 
 
-def connect_readwrite(path: os.PathLike[str] | str, *, create: bool = False, isolation_level: str | None = None,
+def connect_readwrite(path: PathArg, *, create: bool = False, isolation_level: str | None = None,
                       check_same_thread: bool = True) -> sqlite3.Connection:
     """The one read-write connection (``create``: make the file when it is missing).
 
     sqlite3.Error propagates: callers word their own failures (opening for writing fails
     for reasons a reader never meets).
     """
-    uri = _uri(Path(path), "mode=rwc" if create else "mode=rw")
+    uri = _uri(os.fspath(path), "mode=rwc" if create else "mode=rw")
     return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=isolation_level,
                            check_same_thread=check_same_thread)
 
