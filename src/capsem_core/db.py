@@ -178,8 +178,9 @@ def read_plan(path: PathArg) -> ReadPlan:
 def unread_wal_error(plan: ReadPlan) -> LedgerError:
     """The one-line refusal for a plan whose -wal holds commits it cannot read."""
     assert plan.unread_wal is not None
-    return LedgerError(plan.unread_wal.describe() + "; reading session.db alone would miss them (copy the "
-                       "database with its -wal to writable storage to read it)", plan.unread_wal.path)
+    return LedgerError(f"{plan.unread_wal.describe()}; reading {os.path.basename(plan.path)} alone would miss "
+                       "them (copy the database with its -wal to writable storage to read it)",
+                       plan.unread_wal.path)
 
 
 def complete_plan(path: PathArg) -> ReadPlan:
