@@ -224,6 +224,28 @@ def test_a_ledger_copied_alone_reads_in_full_and_nothing_there_changes(base, kin
         assert sorted(os.listdir(d)) == ["session.bodies", "session.db"]
 
 
+@pytest.mark.parametrize("kind", MEDIA)
+def test_a_rollback_journal_ledger_keeps_its_locks_on_read_only_media(base, kind, nobody):
+    """No WAL to replay, so no immutable=1: SQLite's shared locks work on read-only media and
+    keep a reader consistent with any writer the medium still has elsewhere."""
+    write_sample(base / "sample", bodies=40)
+    evidence = copy_alone(base / "sample", base / "evidence")
+    conn = sqlite3.connect(evidence / "session.db")
+    assert conn.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
+    conn.close()
+    want_check, want_read = reference(base, evidence)
+    with on_medium(kind, evidence, nobody) as (d, run):
+        before = snapshot(d)
+        plan = run([sys.executable, "-c", "import sys; from capsem_core import db; print(db.read_plan(sys.argv[1]).uri)",
+                    str(d / "session.db")])
+        assert plan.returncode == 0 and plan.stdout.strip().endswith("?mode=ro"), (plan.stdout, plan.stderr)
+        got = check_json(run(_cli("check", "--db", str(d / "session.db"), "--json", "--verify-bodies")))
+        assert got["exit_code"] == 0 and got["checks"] == want_check["checks"]
+        read = run([sys.executable, "-c", LEDGER_SNIPPET, str(d)])
+        assert read.returncode == 0 and json.loads(read.stdout) == want_read, read.stderr
+        assert snapshot(d) == before
+
+
 # --- (c): an un-checkpointed -wal on read-only media -----------------------------------------
 
 def crash_image(base: Path, *, with_shm: bool, commits: int = 4) -> Path:
