@@ -553,8 +553,11 @@ def _row_labels(db_path, ids):
     labels = {}
     if not len(ids):
         return labels
-    uri = Path(os.fspath(db_path)).resolve().as_uri() + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    from capsem_core import db as _db
+
+    # Labels for rows the scan already read: the same file, with what the scan could read
+    # of it (a -wal it could not was refused by the scan or is reported by check).
+    con = _db.connect_readonly(os.fspath(db_path), allow_unread_wal=True)
     try:
         ids = [int(x) for x in ids]
         for k in range(0, len(ids), 900):

@@ -13,6 +13,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
+from capsem_core import db as _db
 from capsem_core import format as _fmt
 
 cnp.import_array()
@@ -36,7 +37,7 @@ cdef extern from "index_scan.h" nogil:
         int64_t *block_offset
         int64_t *raw_len
         int64_t *disk_len
-    int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen)
+    int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen)
     void capsem_index_close(capsem_index *ix)
     int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *err, size_t errlen)
     int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t start, size_t cap,
@@ -55,7 +56,7 @@ cdef extern from "index_scan.h" nogil:
         size_t filled
         int rc
         char err[256]
-    int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+    int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body_rows *rows,
                                       capsem_body_range *ranges, int n, int threads)
 
 
@@ -73,23 +74,28 @@ cdef object _index_error(path, const char *what, char *err):
 
 
 cdef class _Scan:
-    """One read transaction on session.db (closed on exit)."""
+    """One read transaction on session.db (closed on exit), opened with the URI and busy
+    timeout capsem_core.db chooses for it (the same read-only decision as every Python
+    connection)."""
     cdef capsem_index *ix
     cdef object path
-    cdef bytes cpath
+    cdef bytes curi
     cdef char err[256]
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, plan=None):
         self.ix = NULL
-        self.path = os.fspath(path)
-        self.cpath = os.fsencode(self.path)
+        self.path = os.fsdecode(os.fspath(path))
         self.err[0] = 0
-        cdef const char *p = self.cpath
         cdef int rc
+        cdef int busy_ms = _db.busy_timeout_ms()
         if not os.path.isfile(self.path):
             raise _fmt.LedgerError("cannot open the body index: no such file", self.path)
+        # A caller that reports an unread -wal itself (check) passes its plan; otherwise
+        # a -wal whose commits this plan would miss is refused, naming it.
+        self.curi = (plan if plan is not None else _db.complete_plan(self.path)).uri.encode()
+        cdef const char *p = self.curi
         with nogil:
-            rc = capsem_index_open(p, &self.ix, self.err, sizeof(self.err))
+            rc = capsem_index_open(p, busy_ms, &self.ix, self.err, sizeof(self.err))
         if rc != SQLITE_OK:
             raise _index_error(self.path, b"open", self.err)
 
@@ -177,8 +183,8 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
     cdef int rc = 0
     cdef int k
     cdef size_t total = 0
-    cdef bytes cpath = scan.cpath
-    cdef const char *p = cpath
+    cdef bytes curi = scan.curi
+    cdef const char *p = curi
     if ranges == NULL:
         raise MemoryError()
     try:
@@ -210,7 +216,7 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
         free(ranges)
 
 
-def scan_bodies(db_path, *, int threads=0):
+def scan_bodies(db_path, *, int threads=0, plan=None):
     """Every event_body_blobs row in archive order as arrays: id, block_offset, body_offset,
     body_len (int64), digest ((n, 32) uint8, decoded from body_hash) and hash_ok (bool:
     False where body_hash is not "blake3:" + 64 lower-case hex digits).
@@ -223,8 +229,13 @@ def scan_bodies(db_path, *, int threads=0):
     first snapshot's rows (an index rewritten in place while it is scanned could mix
     snapshots; a ledger's never is). Rowids spread over more than twice the row count
     (hand-edited or hostile indexes) are scanned on one connection, so the arrays are
-    never sized by the rowid span."""
-    cdef _Scan scan = _Scan(db_path)
+    never sized by the rowid span.
+
+    plan: the capsem_core.db.ReadPlan to open with (default: db.complete_plan(db_path),
+    which refuses a -wal whose commits it cannot read)."""
+    if plan is None:
+        plan = _db.complete_plan(os.fsdecode(os.fspath(db_path)))
+    cdef _Scan scan = _Scan(db_path, plan)
     cdef size_t count = <size_t>scan.count(b"event_body_blobs")
     cdef int64_t lo = 0, hi = 0
     cdef int empty = 0
@@ -237,7 +248,7 @@ def scan_bodies(db_path, *, int threads=0):
             rc = capsem_index_rowid_bounds(scan.ix, b"event_body_blobs", &lo, &hi, &empty, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
             raise _index_error(scan.path, b"read", scan.err)
-        if not empty and int(hi) - int(lo) + 1 <= 2 * count and not _rowid_shadowed(scan.path):
+        if not empty and int(hi) - int(lo) + 1 <= 2 * count and not _rowid_shadowed(scan.path, plan):
             out = _scan_parallel(scan, count, lo, hi, n)
     if out is None:
         out = _scan_sequential(scan, count)
@@ -245,14 +256,12 @@ def scan_bodies(db_path, *, int threads=0):
     return _archive_order(out)
 
 
-def _rowid_shadowed(path):
+def _rowid_shadowed(path, plan):
     """True when event_body_blobs declares a column named rowid, _rowid_ or oid (a hostile
     index): those names would then no longer mean the rowid the ranges are cut by, so the
     scan stays on one connection, where every row is read whatever its rowid."""
-    import sqlite3
-    import urllib.parse
-    uri = "file:" + urllib.parse.quote(os.fsdecode(path) if isinstance(path, bytes) else str(path)) + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True)
+    # The scan's own plan: an unread -wal was refused or is reported by the caller.
+    con = _db.connect_readonly(os.fsdecode(os.fspath(path)), plan=plan, allow_unread_wal=True)
     try:
         names = {str(r[1]).lower() for r in con.execute("PRAGMA table_info(event_body_blobs)")}
     finally:
@@ -280,9 +289,10 @@ def _archive_order(dict rows):
     return {k: np.take(v, order, axis=0) for k, v in rows.items()}
 
 
-def scan_blocks(db_path):
-    """Every body_blocks row ordered by block_offset: block_offset, raw_len, disk_len (int64)."""
-    cdef _Scan scan = _Scan(db_path)
+def scan_blocks(db_path, *, plan=None):
+    """Every body_blocks row ordered by block_offset: block_offset, raw_len, disk_len (int64).
+    plan: as for scan_bodies."""
+    cdef _Scan scan = _Scan(db_path, plan)
     cdef size_t cap = <size_t>scan.count(b"body_blocks") + 1
     cdef size_t filled = 0
     cdef int done = 0

@@ -13,6 +13,7 @@ struct capsem_index {
     sqlite3 *db;
     sqlite3_stmt *stmt;
     int in_txn;
+    int busy_ms;
 };
 
 static void copy_err(sqlite3 *db, int rc, char *err, size_t errlen) {
@@ -20,12 +21,13 @@ static void copy_err(sqlite3 *db, int rc, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 }
 
-/* A read-only connection (no URI parsing: the path is a path, whatever characters it holds)
- * inside a read transaction. *db is set either way (close it). */
-static int open_reader(const char *path, sqlite3 **db, char *err, size_t errlen) {
-    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+/* A read-only connection to the URI capsem_core.db chose (its path percent-encoded, so any
+ * character a path holds stays a path character; mode=ro, and immutable=1 on read-only
+ * media) inside a read transaction. *db is set either way (close it). */
+static int open_reader(const char *uri, int busy_ms, sqlite3 **db, char *err, size_t errlen) {
+    int rc = sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, NULL);
     if (rc == SQLITE_OK) {
-        sqlite3_busy_timeout(*db, 5000);
+        sqlite3_busy_timeout(*db, busy_ms);
         rc = sqlite3_exec(*db, "BEGIN", NULL, NULL, NULL);
     }
     if (rc != SQLITE_OK) copy_err(*db, rc, err, errlen);
@@ -39,14 +41,15 @@ static void close_reader(sqlite3 *db, sqlite3_stmt *st, int in_txn) {
     sqlite3_close_v2(db);
 }
 
-int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen) {
+int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen) {
     capsem_index *ix = calloc(1, sizeof *ix);
     *out = ix;
     if (!ix) {
         snprintf(err, errlen, "out of memory");
         return SQLITE_NOMEM;
     }
-    int rc = open_reader(path, &ix->db, err, errlen);
+    ix->busy_ms = busy_ms;
+    int rc = open_reader(uri, busy_ms, &ix->db, err, errlen);
     ix->in_txn = rc == SQLITE_OK;
     return rc;
 }
@@ -232,7 +235,8 @@ int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, 
 /* The shared state of a parallel scan: ranges are taken from an atomic counter, so a
  * reader that the scheduler holds back takes fewer of them instead of delaying the rest. */
 typedef struct {
-    const char *path;
+    const char *uri;
+    int busy_ms;
     capsem_body_rows *rows;
     capsem_body_range *ranges;
     int n;
@@ -241,7 +245,7 @@ typedef struct {
 
 typedef struct {
     range_scan *scan;
-    capsem_index *ix; /* the caller's connection, or NULL: open scan->path */
+    capsem_index *ix; /* the caller's connection, or NULL: open scan->uri */
 } range_reader;
 
 /* One range on a prepared statement; its outcome goes to the range. */
@@ -265,7 +269,7 @@ static void *range_reader_main(void *arg) {
     int own = r->ix == NULL;
     char err[256];
     /* A reader that cannot open its connection or prepare takes no range: the others do. */
-    if (own && open_reader(scan->path, &db, err, sizeof err) != SQLITE_OK) {
+    if (own && open_reader(scan->uri, scan->busy_ms, &db, err, sizeof err) != SQLITE_OK) {
         close_reader(db, NULL, 0);
         return NULL;
     }
@@ -283,12 +287,12 @@ static void *range_reader_main(void *arg) {
     return NULL;
 }
 
-int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body_rows *rows,
                                   capsem_body_range *ranges, int n, int threads) {
     if (n < 1) return SQLITE_OK;
     if (threads < 1) threads = 1;
     if (threads > CAPSEM_INDEX_MAX_THREADS) threads = CAPSEM_INDEX_MAX_THREADS;
-    range_scan scan = {path, rows, ranges, n, 0};
+    range_scan scan = {uri, ix->busy_ms, rows, ranges, n, 0};
     range_reader readers[CAPSEM_INDEX_MAX_THREADS];
     pthread_t tids[CAPSEM_INDEX_MAX_THREADS];
     int started[CAPSEM_INDEX_MAX_THREADS] = {0};

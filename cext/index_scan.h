@@ -9,9 +9,11 @@
 
 typedef struct capsem_index capsem_index;
 
-/* Opens read-only and begins a read transaction. Returns an SQLite result code; the
- * message (when not SQLITE_OK) is copied to err. *out is set either way (close it). */
-int capsem_index_open(const char *path, capsem_index **out, char *err, size_t errlen);
+/* Opens the SQLite URI `uri` read-only (the caller, capsem_core.db, chooses its parameters:
+ * mode=ro, immutable=1 on read-only media) with a busy timeout of busy_ms and begins a read
+ * transaction. Returns an SQLite result code; the message (when not SQLITE_OK) is copied
+ * to err. *out is set either way (close it). */
+int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen);
 void capsem_index_close(capsem_index *ix);
 
 /* COUNT(*) of a table named by a fixed string (not user input). */
@@ -52,10 +54,10 @@ typedef struct {
 
 /* Scans n ranges with `threads` readers taking them in turn: the calling thread on ix
  * (inside ix's read transaction, which stays open throughout), each other reader on its
- * own thread and read-only connection to path (a reader that cannot open one takes no
+ * own thread and read-only connection to uri, with ix's busy timeout (a reader that cannot open one takes no
  * range). Returns SQLITE_OK or the first failed range's code, its message in that range's
  * err. */
-int capsem_index_scan_body_ranges(capsem_index *ix, const char *path, capsem_body_rows *rows,
+int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body_rows *rows,
                                   capsem_body_range *ranges, int n, int threads);
 
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,

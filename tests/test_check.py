@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from capsem_core import check, cli, sessions
+from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
 from capsem_core.format import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
@@ -334,7 +334,7 @@ def test_an_unreadable_ledger_is_a_one_line_error(ledger: Path, capsys) -> None:
 
 
 def test_a_locked_ledger_is_a_one_line_error(ledger: Path, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(check, "BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.05)
     holder = sqlite3.connect(ledger, isolation_level=None)
     holder.execute("PRAGMA locking_mode = EXCLUSIVE")
     holder.execute("BEGIN EXCLUSIVE")

@@ -257,8 +257,8 @@ def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Pat
             flush()
         return out
 
-    def blocks_(db):
-        out = scan_blocks(db)
+    def blocks_(db, **kw):
+        out = scan_blocks(db, **kw)
         if everywhere or where == "after the block scan":
             flush()
         return out

@@ -20,13 +20,13 @@ import os
 import sqlite3
 import stat
 import sys
-import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from capsem_core import db
 from capsem_core.format import (
     FILE_HEADER_BYTES,
     MAX_BLOCK_RAW_BYTES,
@@ -65,8 +65,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # The largest block offset or extent length the archive check does arithmetic on: any two
 # add up without wrapping int64, and no archive comes near it. A larger value is a finding.
 MAX_EXTENT_BYTES = (1 << 62) - 1
-# How long to wait for a writer's lock before calling the ledger locked.
-BUSY_TIMEOUT_S = 2.0
 READ_MMAP_BYTES = 1 << 31
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
@@ -242,7 +240,7 @@ def _refuse_symlinks(db_path: Path, *, archive: bool) -> None:
             raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
 
 
-def _open_read_only(db_path: Path) -> sqlite3.Connection:
+def _open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
     """A read-only connection to ``db_path`` after making sure it is a readable SQLite file.
 
     Everything that would otherwise surface as an odd sqlite3 message or a traceback (missing,
@@ -265,12 +263,8 @@ def _open_read_only(db_path: Path) -> sqlite3.Connection:
         raise LedgerError("empty file, not a session ledger", db_path)
     if head != SQLITE_MAGIC:
         raise LedgerError("not a SQLite database (the file does not start with the SQLite header)", db_path)
-    uri = "file:" + urllib.parse.quote(str(db_path.absolute())) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open: {exc}", db_path) from None
-    conn.execute("PRAGMA query_only = ON")
+    # check reads what it can and reports an unread -wal itself (check_ledger).
+    conn = db.connect_readonly(db_path, plan=plan, allow_unread_wal=True)
     # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
     # and the scans then skip a copy per page, about a tenth of quick_check's time.
     conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
@@ -344,7 +338,7 @@ class _BodyIndex:
 
 
 def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
-                        result: CheckResult) -> _BodyIndex | None:
+                        result: CheckResult, plan: db.ReadPlan) -> _BodyIndex | None:
     if not all(t in tables for t in BODY_INDEX_TABLES):
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
         return None
@@ -359,8 +353,8 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
     # size (and map it for --verify-bodies only after that): every body then names a block
     # recorded at least as late as itself, whose extent holds it and lies inside the file.
     # The other order sees a flush's bodies without its blocks: false damage.
-    bodies = _index.scan_bodies(db_path)
-    blocks = _index.scan_blocks(db_path)
+    bodies = _index.scan_bodies(db_path, plan=plan)
+    blocks = _index.scan_blocks(db_path, plan=plan)
     index = _BodyIndex(blocks, bodies)
     k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
     b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
@@ -660,8 +654,16 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     # A symlinked session.bodies stays a finding of the report (it is never read through);
     # the CLI refuses it up front.
     _refuse_symlinks(db_path, archive=False)
-    conn = _open_read_only(db_path)
-    pages_conn = _open_read_only(db_path)
+    # One read-only decision (db.py's) for every connection of this check, native ones too.
+    plan = db.read_plan(db_path)
+    if plan.unread_wal is not None:
+        checks["tables"].add(Finding("wal_not_read", ERROR,
+                                     f"{plan.unread_wal.describe()}; every count below is of session.db alone "
+                                     "and misses those commits (copy the ledger with its -wal to writable "
+                                     "storage to check all of it)", count=plan.unread_wal.commits,
+                                     location={"file": str(plan.unread_wal.path)}))
+    conn = _open_read_only(db_path, plan)
+    pages_conn = _open_read_only(db_path, plan)
     # quick_check is one long single-threaded pass over every page; the other checks run
     # meanwhile on their own connection and are thrown away if it finds damage, so the
     # report reads as if it had gone first (and a damaged file still ends it).
@@ -670,7 +672,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     try:
         failure: LedgerError | None = None
         try:
-            _run_other_checks(conn, db_path, bodies_path, report, progress)
+            _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
         except LedgerError as exc:
             failure = exc
         except sqlite3.Error as exc:
@@ -697,7 +699,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 
 def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
-                      progress: ProgressCallback | None) -> None:
+                      progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
     # The SQL checks share one read transaction: a writer committing meanwhile cannot make
@@ -709,7 +711,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         _refuse_other_builds(conn, db_path)
         tables = _table_names(conn)
         row_counts = _check_tables(conn, tables, checks["tables"])
-        index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"])
+        index = _check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan)
         _check_fs_overflow(conn, tables, checks["fs_overflow"])
         _check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
         _check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
@@ -845,6 +847,9 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     missing = tables.counts.get("missing") or []
     out.append(s("red", "  Missing tables: " + ", ".join(map(sanitize, missing))) if missing
                else s("green", "  All expected tables present"))
+    for f in tables.findings:   # an unread -wal: the counts below are of session.db alone
+        if f.code != "missing_tables":
+            out.append(s(_SEVERITY_STYLE[f.severity], f"  {f.message}"))
     out.append("")
     out.append(s("bold", "Event counts:"))
     _render_table(out, s, tables.tables["event_counts"])

@@ -12,12 +12,11 @@ import os
 import sqlite3
 import stat
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsem_core import _archive, _blake3, schema
+from capsem_core import _archive, _blake3, db, schema
 from capsem_core.format import (
     BODY_HASH_PREFIX,
     FILE_HEADER_BYTES,
@@ -68,15 +67,8 @@ def _regular_file(path: Path, role: str) -> None:
 
 
 def connect_readonly(db_path: Path) -> sqlite3.Connection:
-    """A read-only, query-only connection that never creates or alters the file."""
-    uri = "file:" + urllib.parse.quote(str(db_path.absolute())) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("PRAGMA busy_timeout = 5000")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot open as SQLite: {exc}", db_path) from None
-    return conn
+    """A read-only, query-only connection that never creates or alters the file (db.py's)."""
+    return db.connect_readonly(db_path)
 
 
 def ledger_paths(path: os.PathLike[str] | str) -> tuple[Path, Path]:
@@ -106,7 +98,9 @@ class Ledger:
         self.directory = self.db_path.parent
         _regular_file(self.db_path, "session.db")
         _regular_file(self.bodies_path, "session.bodies")
-        self._conn = connect_readonly(self.db_path)
+        # A -wal whose commits cannot be read here (read-only media, no -shm) is refused in
+        # one line naming it: the main file alone would answer with a stale ledger.
+        self._conn = db.connect_readonly(self.db_path)
         try:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
@@ -282,7 +276,7 @@ class Ledger:
         tmp_db = dest / f".{DB_NAME}.copy-{os.getpid()}"
         tmp_bodies = dest / f".{BODIES_NAME}.copy-{os.getpid()}"
         try:
-            out = sqlite3.connect(tmp_db)
+            out = db.connect_readwrite(tmp_db, create=True, isolation_level="")
             try:
                 with self._lock:
                     self._conn.backup(out)

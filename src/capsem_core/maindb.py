@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from capsem_core import db
 from capsem_core.format import LedgerError, SchemaMismatch, SymlinkRefused
 
 # The version Capsem's session index stamps. Written on creation only; never checked.
@@ -115,18 +116,16 @@ LATEST_COLUMNS: tuple[str, ...] = ("id", "created_at")
 ROLLUP_COLUMNS: tuple[str, ...] = ("id", *_TOTALS)
 _OPTIONAL_COUNTS: dict[str, str] = {"exec_count": "exec_events", "audit_event_count": "audit_events"}
 
-BUSY_TIMEOUT_S = 10.0
-
-
 def now_text() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Connection:
-    mode = "ro" if readonly else ("rwc" if create else "rw")
-    uri = path.absolute().as_uri() + f"?mode={mode}"
+    """main.db through the one connection policy (``capsem_core.db``), in autocommit mode."""
+    if readonly:
+        return db.connect_readonly(path, isolation_level=None, check_same_thread=True)
     try:
-        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        return db.connect_readwrite(path, create=create)
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open: {exc}", path) from exc
 

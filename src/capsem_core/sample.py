@@ -32,7 +32,6 @@ import os
 import random
 import re
 import shutil
-import sqlite3
 import stat
 import sys
 import time
@@ -43,6 +42,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
+from capsem_core import db as _db
 from capsem_core._blake3 import hexdigest as _b3hex
 from capsem_core.format import LedgerError
 from capsem_core.writer import Body, LedgerWriter
@@ -1733,7 +1733,7 @@ def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix
     seconds = time.perf_counter() - began
     rows = dict(sorted(session.c.rows.items()))
     db = directory / "session.db"
-    conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+    conn = _db.connect_readonly(db)
     try:
         n_bodies, raw = conn.execute("SELECT COUNT(*), COALESCE(SUM(body_len), 0) FROM event_body_blobs").fetchone()
         rows["event_body_blobs"] = n_bodies

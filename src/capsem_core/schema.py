@@ -628,7 +628,9 @@ def create_schema(conn: sqlite3.Connection, path: os.PathLike[str] | str | None 
 @lru_cache(maxsize=1)
 def _reference_columns() -> dict[str, tuple[str, ...]]:
     """Every table's column names in DDL order, read back from an in-memory database."""
-    mem = sqlite3.connect(":memory:")
+    from capsem_core import db
+
+    mem = db.connect_memory()
     try:
         mem.executescript(SCHEMA_SQL)
         return {t: tuple(r[1] for r in mem.execute(f"PRAGMA table_xinfo({t})")) for t in TABLES}

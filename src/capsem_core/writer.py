@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import zstandard
 
+from capsem_core import db
 from capsem_core import format as fmt
 from capsem_core._blake3 import digest as _blake3_digest
 from capsem_core.format import (
@@ -604,8 +605,7 @@ class LedgerWriter:
         try:
             self._conn = self._connect(schema)
             self._max_variables = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-            self._reader = sqlite3.connect(self._db_path, timeout=5.0, isolation_level=None)
-            self._reader.execute("PRAGMA query_only = ON")
+            self._reader = db.connect_readonly(self._db_path, isolation_level=None, check_same_thread=True)
             self._open_archive()
         except BaseException:
             self._release()
@@ -643,11 +643,11 @@ class LedgerWriter:
     def _connect(self, schema: Any) -> sqlite3.Connection:
         # Background flushes commit from a worker thread, one at a time, never concurrently
         # with this thread's use of the connection.
-        conn = sqlite3.connect(self._db_path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        conn = db.connect_readwrite(self._db_path, create=True, check_same_thread=False)
         try:
             for attempt in range(_OPEN_RETRIES):
                 try:
-                    conn.execute("PRAGMA busy_timeout = 5000")
+                    conn.execute(f"PRAGMA busy_timeout = {db.busy_timeout_ms()}")
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute("PRAGMA synchronous = NORMAL")
                     conn.execute("PRAGMA foreign_keys = ON")
