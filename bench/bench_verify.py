@@ -3,9 +3,9 @@
 Groups (the ratio table after the run divides each mean into its group's baseline):
 
 * ``verify-large``: a large-body sample (>= 1 GiB raw; ``CAPSEM_BENCH_RAW`` overrides) —
-  baseline (bench/baseline_verify.py) vs the kernel on 1 thread, 1 thread without libdeflate,
+  baseline (oracles/baseline_verify.py) vs the kernel on 1 thread, 1 thread without libdeflate,
   and 2 threads. Target: 1 thread >= 2.5x the baseline.
-  The group also holds the floor (bench/verify_floor.py): only the inflate and the hashes that
+  The group also holds the floor (oracles/verify_floor.py): only the inflate and the hashes that
   no verifier can skip, with libdeflate and our BLAKE3 or the ``blake3`` package. The
   baseline's time over the floor's is the most any single-threaded kernel on these
   primitives can show on this machine.
@@ -31,9 +31,9 @@ import pytest
 from capsem_core import _archive
 
 sys.path.insert(0, str(Path(__file__).parent))
-from baseline_verify import verify_ledger as baseline_verify  # noqa: E402
+from oracles.baseline_verify import verify_ledger as baseline_verify  # noqa: E402
 from conftest import RAW, sample_ledger, warm  # noqa: E402
-import verify_floor  # noqa: E402
+from oracles import verify_floor  # noqa: E402
 
 
 def _kernel(db: Path, threads: int, use_libdeflate: bool = True) -> tuple[int, list]:

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 from blake3 import blake3
 
 from capsem_core import _archive, cli

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 from capsem_core import schema
 from capsem_core.writer import Body, LedgerWriter
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from reliability_helpers import net_row
+from tests.reliability_helpers import net_row
 
 from capsem_core import db, sessions
 from capsem_core.writer import Body, LedgerWriter

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_helpers import net_row, run_cli_check, sample_bodies, tree_snapshot, write_fixture
+from tests.reliability_helpers import net_row, run_cli_check, sample_bodies, tree_snapshot, write_fixture
 
 from capsem_core import _archive
 from capsem_core.check import check_ledger

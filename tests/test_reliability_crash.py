@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 import pytest
-from reliability_helpers import net_row, sample_bodies
+from tests.reliability_helpers import net_row, sample_bodies
 
 from capsem_core.check import check_ledger
 from capsem_core.format import LedgerError

@@ -9,10 +9,10 @@ import io
 import shutil
 import struct
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 import pytest
 from blake3 import blake3
-from reliability_helpers import layout, net_row, sql, tree_snapshot, write_tiny
+from tests.reliability_helpers import layout, net_row, sql, tree_snapshot, write_tiny
 
 from capsem_core import _index, cli
 from capsem_core import format as fmt

@@ -2,7 +2,7 @@
 
 Every mutation must end in a verdict (``check`` exit 0 or 1) or a LedgerError naming a file
 of the ledger; the native kernel, the streaming reader (``Ledger.read_body``/``bodies``) and
-the independent oracle (tests/archive_oracle.py) must agree body for body; a body whose bytes
+the independent oracle (oracles/archive_reader.py) must agree body for body; a body whose bytes
 changed is never returned as good; a ledger with any body that does not verify is never
 called sound; and memory stays within the format's block ceiling however far a payload
 claims to inflate. scripts/soak runs the same campaigns for longer.
@@ -25,7 +25,7 @@ import zstandard
 from blake3 import blake3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability_helpers import (
+from tests.reliability_helpers import (
     ARCHIVE_MUTATIONS,
     MAX_BLOCK_RAW,
     U32_MAX,
@@ -264,7 +264,7 @@ BOMB_CASES = {
 _PROBE = r"""
 import json, resource, sys
 sys.path.insert(0, sys.argv[1])
-import reliability_helpers as H
+from tests import reliability_helpers as H
 from pathlib import Path
 from capsem_core import _archive
 from capsem_core.ledger import Ledger
@@ -324,7 +324,7 @@ def test_decompression_bombs_fail_cleanly_within_the_block_memory_ceiling(tmp_pa
         dirs.append(str(d))
     sound = tmp_path / "sound"
     write_fixture(sound, count=6)
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(TESTS), str(sound), *dirs], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _PROBE, str(TESTS.parent), str(sound), *dirs], capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

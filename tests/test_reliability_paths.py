@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from reliability_helpers import tree_snapshot as _tree_snapshot
-from reliability_helpers import write_tiny
+from tests.reliability_helpers import tree_snapshot as _tree_snapshot
+from tests.reliability_helpers import write_tiny
 
 from capsem_core import sessions
 from capsem_core.check import check_ledger

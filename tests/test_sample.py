@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from archive_oracle import archived_bodies, check_index_extents
+from oracles.archive_reader import archived_bodies, check_index_extents
 from capsem_core import cli, maindb, schema, sessions
 from capsem_core.format import LedgerError
 from capsem_core.sample import (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import shutil
@@ -13,19 +12,17 @@ import sys
 import zlib
 from pathlib import Path
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 import pytest
 from blake3 import blake3
-from reliability_helpers import layout, net_row
+from tests.reliability_helpers import layout, net_row
 
 from capsem_core import _archive, _index
 from capsem_core import format as fmt
 from capsem_core.writer import Body, LedgerWriter
+from oracles import baseline_verify as baseline
+from oracles import verify_floor
 
-_spec = importlib.util.spec_from_file_location(
-    "baseline_verify", Path(__file__).resolve().parents[1] / "bench" / "baseline_verify.py")
-baseline = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(baseline)
 
 
 def _bytes(r: random.Random, n: int) -> bytes:
@@ -481,11 +478,6 @@ def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_pa
     assert kernel(db, threads=1, use_libdeflate=True) == want
 
 
-_floor_spec = importlib.util.spec_from_file_location(
-    "verify_floor", Path(__file__).resolve().parents[1] / "bench" / "verify_floor.py")
-verify_floor = importlib.util.module_from_spec(_floor_spec)
-sys.modules["verify_floor"] = verify_floor  # its dataclass looks its module up there
-_floor_spec.loader.exec_module(verify_floor)
 
 
 @pytest.mark.parametrize("hasher", ["ours", "package"])

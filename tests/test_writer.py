@@ -1,6 +1,6 @@
 """Behaviour of the ledger writer: the archive appender, the flush cycle, dedup, the lock.
 
-Every archive written here is read back with ``tests/archive_oracle.py``, an independent
+Every archive written here is read back with ``oracles/archive_reader.py``, an independent
 pure-Python reader, never with the writer's own code.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 from capsem_core import format as fmt
 from capsem_core.format import (
     BadFileHeader,

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 
 CHILD = r'''
 import os, random, signal, sqlite3, sys

@@ -7,7 +7,7 @@ segment is inflated once. It reports the same findings as the native kernel
 the benchmarks divide by and the oracle ``tests/test_verify_kernel.py`` compares with; it is
 not a runtime path (``blake3`` is a test dependency only).
 
-    python3 bench/baseline_verify.py path/to/session.db
+    python3 oracles/baseline_verify.py path/to/session.db
 """
 
 from __future__ import annotations
