@@ -16,6 +16,7 @@ CAPSEM_INTERRUPT_SIGINTS / CAPSEM_INTERRUPT_SIGTERMS / CAPSEM_INTERRUPT_SEED cha
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import signal
@@ -58,6 +59,8 @@ def body_for(tag: str, i: int) -> bytes:
 
 
 def _child(directory: Path, tag: str, codec: str, wfd: int) -> None:
+    # A child that outlives its signal has swallowed it: dump where it is and fail the round.
+    faulthandler.dump_traceback_later(20, exit=True, file=sys.stderr)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def terminate(signum: int, frame: object) -> None:
@@ -83,7 +86,10 @@ def _child(directory: Path, tag: str, codec: str, wfd: int) -> None:
     except Terminated:
         code = 143
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the test
-        os.write(wfd, f"error {type(e).__name__}: {e}\n".encode())
+        import traceback
+
+        trace = "".join(traceback.format_exception(e)).replace("\n", " | ")
+        os.write(wfd, f"error {type(e).__name__}: {e} || {trace}\n".encode())
         code = 3
     os._exit(code)
 

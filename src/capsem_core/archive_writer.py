@@ -93,6 +93,7 @@ class BodyArchiveWriter:
         self._codec = codec_id(codec)
         self._fd = -1
         self._poisoned = False
+        self.last_written: SegmentWritten | None = None  # the last complete record appended
         self._zstd = _zstd_compressor() if self._codec == CODEC_ZSTD else None
         if self._codec == CODEC_DEFLATE:
             self._sync_mode, self._finish_mode = zlib.Z_SYNC_FLUSH, zlib.Z_FINISH
@@ -223,9 +224,8 @@ class BodyArchiveWriter:
             raise BodyTooLarge(f"body of {size} bytes exceeds the {MAX_BLOCK_RAW_BYTES}-byte block ceiling",
                                self._path)
         if self._block_offset < 0:
+            self._comp = self._new_compressor()
             self._block_offset = self._end
-            self._comp = (zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15) if self._zstd is None
-                          else self._zstd.compressobj())
         elif self._block_raw + size > MAX_BLOCK_RAW_BYTES:
             raise BlockFull("open block is full; close it and stage this body again", self._path)
         offset = self._block_raw
@@ -235,8 +235,13 @@ class BodyArchiveWriter:
                 body = bytes(body)
             # Compression waits for the segment cut: one compressor call per segment, the
             # same stream as one call per body, at a fraction of the per-call cost.
-            self._pending.append(body)
-            self._block_raw = offset + size
+            try:
+                self._pending.append(body)
+                self._block_raw = offset + size
+            except BaseException:
+                # Interrupted between the two: pending bytes and offsets may disagree.
+                self._poisoned = True
+                raise
         return self._block_offset, offset, size
 
     def flush_segment(self) -> SegmentWritten | None:
@@ -253,29 +258,44 @@ class BodyArchiveWriter:
             return None
         return self._write_segment(final=True)
 
+    def _new_compressor(self) -> Any:
+        """A fresh compressor for a new block (a seam the interrupt tests wrap)."""
+        if self._zstd is None:
+            return zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+        return self._zstd.compressobj()
+
     def _write_segment(self, final: bool) -> SegmentWritten:
-        pending = self._pending
-        raw = pending[0] if len(pending) == 1 else b"".join(pending)
-        raw_len = len(raw)
-        comp = self._comp
+        # From the first compressor call until the record is completely appended, any
+        # exception (KeyboardInterrupt included) leaves the compressor's stream state and the
+        # file's tail unknown: poison, so no later segment is cut from that stream and ``end``
+        # stays at the last complete record. The exception itself goes on unchanged.
         try:
-            payload = comp.compress(raw) + comp.flush(self._finish_mode if final else self._sync_mode)
-        except (zlib.error, zstandard.ZstdError) as e:
-            raise self._poison(f"the compressor failed: {e}", e) from e
-        if len(payload) > raw_len + MAX_SEGMENT_EXPANSION or (
-                not final and self._codec == CODEC_DEFLATE and not payload.endswith(SYNC_FLUSH_TAIL)):
-            raise self._poison(f"the compressor produced a {len(payload)}-byte segment for {raw_len} raw bytes "
-                               "that the format cannot carry")
-        header = fmt.pack_segment_header(final, self._written_raw, raw_len, len(payload),
-                                         _blake3_digest(raw))
-        first = self._block_disk == 0
-        record = (fmt.pack_block_header(self._codec) + header + payload if first
-                  else header + payload)
-        self._append(record, at=self._end)
-        self._end += len(record)
-        self._written_raw += raw_len
-        self._block_disk += (len(record))
-        written = SegmentWritten(self._block_offset, self._written_raw, self._block_disk, final)
+            pending = self._pending
+            raw = pending[0] if len(pending) == 1 else b"".join(pending)
+            raw_len = len(raw)
+            comp = self._comp
+            try:
+                payload = comp.compress(raw) + comp.flush(self._finish_mode if final else self._sync_mode)
+            except (zlib.error, zstandard.ZstdError) as e:
+                raise self._poison(f"the compressor failed: {e}", e) from e
+            if len(payload) > raw_len + MAX_SEGMENT_EXPANSION or (
+                    not final and self._codec == CODEC_DEFLATE and not payload.endswith(SYNC_FLUSH_TAIL)):
+                raise self._poison(f"the compressor produced a {len(payload)}-byte segment for {raw_len} raw "
+                                   "bytes that the format cannot carry")
+            header = fmt.pack_segment_header(final, self._written_raw, raw_len, len(payload),
+                                             _blake3_digest(raw))
+            first = self._block_disk == 0
+            record = (fmt.pack_block_header(self._codec) + header + payload if first
+                      else header + payload)
+            end, disk = self._end + len(record), self._block_disk + len(record)
+            written_raw = self._written_raw + raw_len
+            written = SegmentWritten(self._block_offset, written_raw, disk, final)
+            self._append(record, at=self._end)
+            # No call between these stores: the record is vouched for all at once.
+            self._end, self._written_raw, self._block_disk, self.last_written = end, written_raw, disk, written
+        except BaseException:
+            self._poisoned = True
+            raise
         if final:
             self._forget_block()
         else:
@@ -297,15 +317,27 @@ class BodyArchiveWriter:
             # writer hands out ever names those bytes.
             raise self._poison(f"appending {len(record)} bytes at offset {at} failed after {done} bytes: "
                                f"{e.strerror or e}", e) from e
+        except BaseException:
+            # Interrupted mid-record: the same, but the interrupt itself goes on.
+            self._poisoned = True
+            raise
 
     def sync(self) -> None:
-        """fdatasync the archive: data and length, so index rows naming it may commit."""
+        """fdatasync the archive: data and length, so index rows naming it may commit.
+
+        Allowed on a poisoned writer (the complete records before the poison still need it).
+        An interrupted sync proves nothing: the owner commits no row until one returns.
+        """
         if self._fd < 0:
             raise LedgerError("the archive writer is closed", self._path)
         try:
             os.fdatasync(self._fd)
         except OSError as e:
             raise LedgerError(f"io: fdatasync of the body archive failed: {e.strerror or e}", self._path) from e
+
+    def poison(self) -> None:
+        """Refuse every later segment, keeping what the writer knows of the open block."""
+        self._poisoned = True
 
     def abandon(self) -> None:
         """Poison deliberately (the owner failed): unflushed bodies are discarded."""

@@ -194,7 +194,7 @@ class _Job:
     """One flush's worth of work, taken out of the buffers: segments to record, rows to commit."""
 
     __slots__ = ("segments", "body_rows", "batches", "buffered", "unsynced", "stamp", "body_count",
-                 "rejected", "error", "sync_error", "thread")
+                 "rejected", "error", "sync_error", "thread", "claim", "done", "committed")
 
     def __init__(self, segments: list[SegmentWritten], body_rows: list[tuple[Any, ...]], batches: list[_Batch],
                  buffered: int, unsynced: bool, stamp: str) -> None:
@@ -209,6 +209,14 @@ class _Job:
         self.error: BaseException | None = None
         self.sync_error: LedgerError | None = None
         self.thread: threading.Thread | None = None
+        # Whoever takes this lock runs the job: the worker, or the owner if the worker never
+        # started (an interrupt between creating the job and starting its thread).
+        self.claim = threading.Lock()
+        # Set when the job has run. Waited on instead of Thread.join: an interrupted join
+        # marks a live thread as stopped in CPython 3.11 (bpo-45274), and a later join would
+        # then return while the worker is still inside its transaction.
+        self.done = threading.Event()
+        self.committed = False  # COMMIT returned (an interrupt may still follow it)
 
 
 _REJECTIONS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
@@ -284,6 +292,10 @@ class LedgerWriter:
         self._block_spans: dict[bytes, tuple[int, int, int]] = {}
         self._committed = _CommittedHashes()
         self._block_opened_at: float | None = None
+        # What the ledger itself knows of the archive, for _retire after an interrupt: the
+        # block bodies are being staged into, and the last segment recorded in _segments.
+        self._staging_block: int | None = None
+        self._last_recorded: SegmentWritten | None = None
         self._stamp_second = -1
         self._stamp_prefix = ""
 
@@ -608,7 +620,7 @@ class LedgerWriter:
             self._stage_failed(archive, e)
             return None
         if opening:
-            self._block_opened_at = now
+            self._block_opened_at, self._staging_block = now, span[0]
         return span
 
     def _stage_failed(self, archive: BodyArchiveWriter, error: LedgerError) -> None:
@@ -628,13 +640,15 @@ class LedgerWriter:
         assert archive is not None
         try:
             written = archive.close_block()
+            if written is not None:
+                self._record(written)
+            self._rows_written = len(self._body_rows)
         except LedgerError as e:
             self._retire(f"closing block {archive.block_offset} failed ({e.detail})")
             return None
-        if written is not None:
-            self._segments.append(written)
-            self._unsynced = True
-        self._rows_written = len(self._body_rows)
+        except BaseException:
+            self._interrupted(archive)
+            raise
         self._block_spans.clear()
         self._block_opened_at = None
         return archive
@@ -650,21 +664,48 @@ class LedgerWriter:
             return
         try:
             written = archive.flush_segment()
+            if written is not None:
+                self._record(written)
+            self._rows_written = len(self._body_rows)
         except LedgerError as e:
             self._retire(f"appending a segment failed ({e.detail})")
             return
-        if written is not None:
-            self._segments.append(written)
-            self._unsynced = True
-        self._rows_written = len(self._body_rows)
+        except BaseException:
+            self._interrupted(archive)
+            raise
+
+    def _record(self, written: SegmentWritten) -> None:
+        """A segment is on disk: it needs a sync, then its block row joins the next commit."""
+        self._unsynced = True
+        self._segments.append(written)
+        self._last_recorded = written
+
+    def _interrupted(self, archive: BodyArchiveWriter) -> None:
+        """An exception (KeyboardInterrupt, SIGTERM's, any) escaped a segment cut.
+
+        If the record was completed before it struck, record it as the cut would have (its
+        rows are whole); otherwise the archive poisoned itself and the rows of the lost
+        segment stay beyond ``_rows_written``, where ``_retire`` drops them. Either way no
+        further segment is cut by this writer.
+        """
+        last = archive.last_written
+        if last is not None and last is not self._last_recorded:
+            self._record(last)
+            self._rows_written = len(self._body_rows)
+        archive.poison()
 
     def _retire(self, reason: str) -> None:
         """Take the archive out of service, keeping only rows whose bytes are whole and synced."""
         archive = self._archive
         assert archive is not None
         self._join_job()  # a background flush may be syncing this file
+        # Judge by what this writer recorded, not by the archive's counters: after an
+        # interrupt the two can differ, and only recorded segments get a block row.
         open_block = archive.block_offset
-        safe_raw = archive.written_raw_len
+        if open_block is None:
+            open_block = self._staging_block
+        last = self._last_recorded
+        safe_raw = last.raw_len if last is not None and last.block_offset == open_block else 0
         held = len(self._body_rows)
         kept = self._body_rows[:self._rows_written]
         kept.extend(r for r in self._body_rows[self._rows_written:]
@@ -730,6 +771,7 @@ class LedgerWriter:
         job = self._take_work()
         if job is None:
             return
+        self._job = job  # first: whatever interrupts from here, _join_job finds and runs the job
         floor = fmt.MIN_ARCHIVE_DEDUP_BYTES
         inflight = self._inflight
         add = self._committed.add_hash_text
@@ -738,7 +780,6 @@ class LedgerWriter:
                 add(r[8])
                 inflight.setdefault(r[8], (r[_ROW_BLOCK], r[_ROW_OFFSET], r[_ROW_LEN]))
         job.thread = threading.Thread(target=self._run, args=(job,), name="capsem-ledger-flush", daemon=True)
-        self._job = job
         job.thread.start()
 
     def _take_work(self) -> _Job | None:
@@ -748,21 +789,41 @@ class LedgerWriter:
         if not (self._segments or self._body_rows or self._batches):
             return None
         job = _Job(self._segments, self._body_rows, self._batches, self._buffered, self._unsynced, self._stamp(now))
-        self._segments = []
-        self._body_rows = []
-        self._rows_written = 0
-        self._batches = []
-        for spec in self._specs.values():
-            spec.batch = None
-        self._buffered = 0
-        self._buffered_bytes = 0
-        self._unsynced = False
+        try:
+            self._segments = []
+            self._body_rows = []
+            self._rows_written = 0
+            self._batches = []
+            for spec in self._specs.values():
+                spec.batch = None
+            self._buffered = 0
+            self._buffered_bytes = 0
+            self._unsynced = False
+        except BaseException:
+            # Interrupted half way: put everything back, as if the job was never taken.
+            self._unsynced = job.unsynced
+            self._segments, self._body_rows, self._rows_written = job.segments, job.body_rows, job.body_count
+            self._batches, self._buffered = job.batches, job.buffered
+            raise
         return job
 
     def _run(self, job: _Job) -> None:
         """Sync the archive, then commit the job's rows in one transaction (any thread)."""
+        if job.claim.acquire(blocking=False):
+            self._run_claimed(job)
+        # else the owner ran it already: this worker started too late
+
+    def _run_claimed(self, job: _Job) -> None:
         try:
-            if job.unsynced and self._archive is not None:
+            self._sync_and_commit(job)
+        finally:
+            job.done.set()
+
+    def _sync_and_commit(self, job: _Job) -> None:
+        try:
+            # Segments always mean a sync, whatever the flag says: rows never name bytes that
+            # no returned fdatasync covers.
+            if (job.unsynced or job.segments) and self._archive is not None:
                 try:
                     self._archive.sync()
                 except LedgerError as e:
@@ -780,8 +841,13 @@ class LedgerWriter:
 
     def _join_job(self) -> None:
         job = self._job
-        if job is not None and job.thread is not None:
-            job.thread.join()
+        if job is None:
+            return
+        if job.claim.acquire(blocking=False):
+            # Its worker never started: run the job here, once.
+            self._run_claimed(job)
+        else:
+            job.done.wait()
 
     def _reap(self) -> None:
         """Wait for the background flush, if any, and take its outcome."""
@@ -797,7 +863,7 @@ class LedgerWriter:
             self.bodies_dropped += job.body_count
             if self._archive is not None:
                 self._retire(f"fdatasync failed ({job.sync_error.detail})")
-        if job.error is not None:
+        if job.error is not None and not job.committed:
             self._restore(job)
             if isinstance(job.error, sqlite3.Error):
                 raise LedgerError(f"flush did not commit ({job.error}); its rows and bodies are kept and retried by "
@@ -816,6 +882,8 @@ class LedgerWriter:
         for r in job.body_rows:
             if r[_ROW_LEN] >= floor:
                 add(r[8])
+        if job.error is not None:
+            raise job.error  # it struck after COMMIT: the rows are counted as committed
         if rejected:
             table, why = rejected[0]
             raise fmt.RowRejected(f"session.db refused {len(rejected)} rows, which were dropped (the others were "
@@ -823,19 +891,20 @@ class LedgerWriter:
 
     def _restore(self, job: _Job) -> None:
         """Put a job that did not commit back in front of the buffers, for the next flush."""
+        self._unsynced = self._unsynced or bool(job.segments)  # first: never rows without a sync
         self._segments[:0] = job.segments
         self._body_rows[:0] = job.body_rows
         self._rows_written += len(job.body_rows)
         self._batches[:0] = job.batches
         self._buffered += job.buffered - (job.body_count - len(job.body_rows))
-        self._unsynced = self._unsynced or bool(job.segments)  # syncing again is harmless
 
     def _commit(self, job: _Job, salvage: bool) -> list[tuple[str, str]]:
         conn = self._conn
         assert conn is not None
         rejected: list[tuple[str, str]] = []
-        conn.execute("BEGIN")
+        committing = False
         try:
+            conn.execute("BEGIN")
             # Blocks before the body rows that reference them, body rows before ledger rows.
             if job.segments:
                 conn.executemany(_UPSERT_BLOCK, [(s.block_offset, s.raw_len, s.disk_len, job.stamp)
@@ -867,10 +936,16 @@ class LedgerWriter:
                             conn.execute("ROLLBACK TO capsem_row")
                             rejected.append((table, str(e)))
                         conn.execute("RELEASE capsem_row")
+            committing = True
             conn.execute("COMMIT")
-        except BaseException:
+            job.committed = True
+        except BaseException as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            elif committing and not isinstance(e, sqlite3.Error):
+                # COMMIT returned and something struck before the flag was set: the rows
+                # are in, and retrying them would insert the ledger rows twice.
+                job.committed = True
             raise
         return rejected
 
@@ -895,6 +970,7 @@ class LedgerWriter:
             error = e
             self.bodies_dropped += len(self._body_rows)
         try:
+            self._join_job()  # a background flush must not share the connection with what follows
             if self._archive is not None:
                 self._archive.sync()
             if self._conn is not None:
