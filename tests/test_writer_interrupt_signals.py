@@ -214,3 +214,32 @@ if __name__ == "__main__":
     print(f"{len(out['damaged'])} of {sum(args)} interrupts damaged the ledger; exits {out['exits']}")
     for line in out["damaged"][:10]:
         print(" ", line)
+
+
+@pytest.mark.parametrize(("signum", "codec", "home"), [(signal.SIGINT, "deflate", False), (signal.SIGINT, "zstd", False),
+                                                      (signal.SIGTERM, "deflate", False), (signal.SIGINT, "deflate", True),
+                                                      (signal.SIGTERM, "zstd", True)],
+                         ids=["sigint-deflate", "sigint-zstd", "sigterm", "home-sigint", "home-sigterm"])
+def test_an_interrupted_sample_command_leaves_sound_ledgers_and_says_so_in_one_line(tmp_path, signum, codec, home):
+    target = tmp_path / "out"
+    args = [sys.executable, "-m", "capsem_core", "sample", str(target), "--codec", codec, "--bodies", "200000"]
+    if home:
+        args += ["--home", "--sessions", "3"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Signal once bodies are being written (the handlers are installed before any writer opens).
+    deadline = time.monotonic() + 60
+    while not list(target.rglob("session.bodies")) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(random.Random(f"{signum}{codec}{home}").uniform(0.05, 0.4))
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == (130 if signum == signal.SIGINT else 143), (child.returncode, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err and str(target) in err, err
+    ledgers = sorted(p.parent for p in target.rglob("session.db") if p.parent.name != "sessions")
+    assert ledgers
+    for directory in ledgers:
+        done = subprocess.run([sys.executable, "-m", "capsem_core", "check", "--db", str(directory / "session.db"),
+                               "--verify-bodies"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert _reopen(directory, codec, 1) is None

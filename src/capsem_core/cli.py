@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -21,6 +22,19 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("rollup", "capsem_core.sessions", "recompute a session's totals in main.db from its ledger"),
     ("sample", "capsem_core.sample", "write a realistic sample ledger or a whole CAPSEM_HOME"),
 )
+
+
+# Commands that write: SIGTERM raises Terminated in them, so the writers' exit paths run (and
+# leave a sound ledger) exactly as for Ctrl-C, instead of the process dying mid-record.
+WRITING_COMMANDS = frozenset(("sample", "rollup"))
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised as an exception in a writing command (a BaseException, like Ctrl-C's)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in WRITING_COMMANDS:
+            signal.signal(signal.SIGTERM, _raise_terminated)
         return int(args._run(args))
     except LedgerError as exc:
         print(f"capsem-ledger {args.command}: {exc}", file=sys.stderr)
@@ -48,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"capsem-ledger {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"capsem-ledger {args.command}: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":
