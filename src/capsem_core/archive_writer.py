@@ -201,7 +201,7 @@ class BodyArchiveWriter:
 
     def _check_usable(self) -> None:
         if self._poisoned:
-            raise WriterPoisoned("archive writer is poisoned by an earlier partial write", self._path)
+            raise WriterPoisoned("archive writer is poisoned by an earlier failed or interrupted append", self._path)
         if self._fd < 0:
             raise LedgerError("the archive writer is closed", self._path)
 
