@@ -59,8 +59,9 @@ def body_for(tag: str, i: int) -> bytes:
 
 
 def _child(directory: Path, tag: str, codec: str, wfd: int) -> None:
-    # A child that outlives its signal has swallowed it: dump where it is and fail the round.
-    faulthandler.dump_traceback_later(20, exit=True, file=sys.stderr)
+    # A child that outlives its signal (90 s, far beyond a slow disk) is stuck: dump where it is
+    # and fail the round.
+    faulthandler.dump_traceback_later(90, exit=True, file=sys.stderr)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def terminate(signum: int, frame: object) -> None:

@@ -846,8 +846,16 @@ class LedgerWriter:
         if job.claim.acquire(blocking=False):
             # Its worker never started: run the job here, once.
             self._run_claimed(job)
-        else:
-            job.done.wait()
+            return
+        while not job.done.wait(0.05):
+            thread = job.thread
+            if thread is None or thread.ident is None or not thread.is_alive():
+                # Claimed here, but interrupted before it ran (the claim is taken outside
+                # the try that sets ``done``): it never ran, so it goes back to the buffers.
+                if job.error is None and not job.committed:
+                    job.error = LedgerError("a flush was interrupted before it ran; its rows are kept for the "
+                                            "next flush", self._db_path)
+                job.done.set()
 
     def _reap(self) -> None:
         """Wait for the background flush, if any, and take its outcome."""
