@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,19 @@ def package_version() -> str:
         return __version__
 
 
+# Commands that write: SIGTERM raises Terminated in them, so the writers' exit paths run (and
+# leave a sound ledger) exactly as for Ctrl-C, instead of the process dying mid-record.
+WRITING_COMMANDS = frozenset(("sample", "rollup"))
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised as an exception in a writing command (a BaseException, like Ctrl-C's)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
@@ -62,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in WRITING_COMMANDS:
+            signal.signal(signal.SIGTERM, _raise_terminated)
         return int(args._run(args))
     except UsageError as exc:
         args._parser.error(sanitize(exc))  # exits 2 after the usage line
@@ -79,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"capsem-ledger {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"capsem-ledger {args.command}: terminated", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import stat
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -47,6 +48,7 @@ from capsem_core._blake3 import hexdigest as _b3hex
 from capsem_core.format import LedgerError
 from capsem_core.writer import Body, LedgerWriter
 from capsem_core.writer import ledger_timestamp as ledger_time
+from capsem_core.terminal import sanitize
 
 __all__ = [
     "HomeSession",
@@ -1919,24 +1921,38 @@ def add_sample_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    from capsem_core.cli import UsageError
+    from capsem_core.cli import Terminated, UsageError
 
     if not args.directory:
         raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")
     if args.home and args.raw_bytes is not None:
         raise UsageError("--raw-bytes applies to one ledger, not to --home")
     _prepare_directory(Path(args.directory))
+    # The writers' warnings are shown after a normal run; after an interrupt the one line below
+    # says all there is to say (an interrupted writer takes its archive out of service).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            text = _write_sample(args)
+        except (KeyboardInterrupt, Terminated) as e:
+            code, what = (130, "interrupted") if isinstance(e, KeyboardInterrupt) else (143, "terminated")
+            print(f"capsem-ledger sample: {what}; {sanitize(args.directory)} holds a partial sample whose "
+                  "ledgers check sound (every body committed before the signal is whole)", file=sys.stderr)
+            return code
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    print(text)
+    return 0
+
+
+def _write_sample(args: argparse.Namespace) -> str:
     if args.home:
-        home = write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
-                                 bodies=args.bodies, codec=args.codec)
-        print(home.describe())
-        return 0
+        return write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
+                                 bodies=args.bodies, codec=args.codec).describe()
 
     def progress(n: int, raw: int) -> None:
         print(f"  ... {n:,} bodies, {raw / MIB:,.1f} MiB raw", file=sys.stderr, flush=True)
 
-    summary = write_sample_ledger(args.directory, seed=args.seed, mix=args.mix, bodies=args.bodies,
-                                  raw_bytes=args.raw_bytes, codec=args.codec,
-                                  progress=progress if args.progress else None)
-    print(summary.describe())
-    return 0
+    return write_sample_ledger(args.directory, seed=args.seed, mix=args.mix, bodies=args.bodies,
+                               raw_bytes=args.raw_bytes, codec=args.codec,
+                               progress=progress if args.progress else None).describe()

@@ -2,11 +2,8 @@
 
 This module owns the write side of a ledger:
 
-* ``BodyArchiveWriter`` appends to one ``session.bodies`` file (archive format version 2):
-  it opens or creates the file, stages bodies into the open block's compressor, cuts
-  segments (one ``write`` each: block header when first, segment header, payload), closes
-  blocks with a FINAL segment and syncs. It never continues a block it did not open, and a
-  failed append poisons it, because it can no longer vouch for where the file ends.
+* ``BodyArchiveWriter`` (in ``capsem_core.archive_writer``, re-exported here) appends to one
+  ``session.bodies`` file (archive format version 2).
 * ``LedgerWriter`` owns a whole ledger directory (``session.db`` + ``session.bodies``): the
   writer lock, the SQLite connection, the schema, buffering of ledger rows, staging of their
   bodies (truncation, hashing, deduplication) and the flush cycle that puts archive bytes on
@@ -18,7 +15,6 @@ Capsem cannot read. ``docs/format.md`` describes both.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import itertools
 import os
@@ -29,33 +25,21 @@ import stat
 import threading
 import time
 import warnings
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
-
-import zstandard
+from typing import Any, Callable, Iterable, Mapping
 
 from capsem_core import db
 from capsem_core import format as fmt
 from capsem_core._blake3 import digest as _blake3_digest
+from capsem_core.archive_writer import ZSTD_WINDOW_LOG, BodyArchiveWriter  # noqa: F401 - re-exported
+from capsem_core.archive_writer import SegmentWritten, codec_id
 from capsem_core.format import (
-    CODEC_DEFLATE,
     CODEC_NAMES,
-    CODEC_ZSTD,
-    DEFLATE_LEVEL,
-    FILE_HEADER_BYTES,
-    MAX_BLOCK_RAW_BYTES,
-    MAX_SEGMENT_EXPANSION,
-    SYNC_FLUSH_TAIL,
-    TARGET_BLOCK_BYTES,
-    ZSTD_LEVEL,
     BlockFull,
-    BodyTooLarge,
     LedgerError,
     SymlinkRefused,
     WriterBusy,
-    WriterPoisoned,
 )
 
 __all__ = [
@@ -66,290 +50,6 @@ __all__ = [
     "codec_id",
     "ledger_timestamp",
 ]
-
-# zstd window of codec 2 blocks: 2 MiB (what level 3 picks for an unknown size), pinned so
-# readers can bound their decoder memory whatever level a later build chooses.
-ZSTD_WINDOW_LOG = 21
-
-
-def codec_id(codec: str | int) -> int:
-    """The block codec byte for ``codec`` ("deflate"/1 or "zstd"/2)."""
-    if isinstance(codec, int) and codec in CODEC_NAMES:
-        return codec
-    for number, name in CODEC_NAMES.items():
-        if codec == name:
-            return number
-    raise ValueError(f"unknown body codec {codec!r}: use 'deflate' (Capsem's) or 'zstd'")
-
-
-class SegmentWritten(NamedTuple):
-    """What one appended segment made of its block: cumulative raw and on-disk lengths."""
-
-    block_offset: int
-    raw_len: int
-    disk_len: int
-    closed: bool
-
-
-def _zstd_compressor() -> zstandard.ZstdCompressor:
-    params = zstandard.ZstdCompressionParameters.from_level(
-        ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, write_checksum=0, write_content_size=0, write_dict_id=0)
-    return zstandard.ZstdCompressor(compression_params=params)
-
-
-class BodyArchiveWriter:
-    """Appends blocks of bodies to one ``session.bodies`` file (Capsem's ``BodyLogWriter``).
-
-    ``stage`` hands out the final reference of a body at once, but the bytes reach the file
-    only at ``flush_segment`` / ``close_block`` and are durable only after ``sync``; an owner
-    must not publish a reference before both. Not thread-safe; one writer per file (the
-    ledger's writer lock guarantees it).
-    """
-
-    def __init__(self, path: os.PathLike[str] | str, *, codec: str | int = "deflate") -> None:
-        self._path = Path(path)
-        self._codec = codec_id(codec)
-        self._fd = -1
-        self._poisoned = False
-        self._zstd = _zstd_compressor() if self._codec == CODEC_ZSTD else None
-        if self._codec == CODEC_DEFLATE:
-            self._sync_mode, self._finish_mode = zlib.Z_SYNC_FLUSH, zlib.Z_FINISH
-        else:
-            self._sync_mode = zstandard.COMPRESSOBJ_FLUSH_BLOCK
-            self._finish_mode = zstandard.COMPRESSOBJ_FLUSH_FINISH
-        self._forget_block()
-        self._end = self._open()
-
-    # --- open ---------------------------------------------------------------------------
-
-    def _open(self) -> int:
-        path = self._path
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                raise SymlinkRefused(f"archive path is a symlink: {path}", path)
-        except FileNotFoundError:
-            pass
-        flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-                 | os.O_NONBLOCK)
-        try:
-            fd = os.open(path, flags, 0o600)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                # Swapped for a symlink between lstat and open.
-                raise SymlinkRefused(f"archive path is a symlink: {path}", path) from e
-            raise LedgerError(f"io: cannot open the body archive: {e.strerror}", path) from e
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise LedgerError("io: the body archive is not a regular file", path)
-            if st.st_size == 0:
-                self._fd = fd
-                self._append(fmt.pack_file_header(), at=0)
-                return FILE_HEADER_BYTES
-            os.fchmod(fd, 0o600)
-            head = os.pread(fd, FILE_HEADER_BYTES, 0)
-            fmt.check_file_header(head, path)
-        except BaseException:
-            self._fd = -1
-            os.close(fd)
-            raise
-        self._fd = fd
-        # The end is the file length, torn tail included: the next block starts after
-        # whatever is there, never inside or in continuation of an old block.
-        return st.st_size
-
-    # --- state --------------------------------------------------------------------------
-
-    def _forget_block(self) -> None:
-        self._block_offset = -1
-        self._comp: Any = None
-        self._block_raw = 0          # raw bytes staged into the open block
-        self._written_raw = 0        # raw bytes of the open block already in segments
-        self._block_disk = 0         # on-disk bytes of the open block already written
-        self._pending: list[bytes] = []   # raw bytes staged since the last segment
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
-    def codec(self) -> int:
-        return self._codec
-
-    @property
-    def end(self) -> int:
-        """Where the next appended byte lands: the end of everything this writer vouches for."""
-        return self._end
-
-    @property
-    def poisoned(self) -> bool:
-        return self._poisoned
-
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
-    @property
-    def block_offset(self) -> int | None:
-        """File offset of the open block, or None when no block is open."""
-        return None if self._block_offset < 0 else self._block_offset
-
-    @property
-    def block_raw_len(self) -> int:
-        """Raw bytes staged into the open block (0 when none is open)."""
-        return self._block_raw
-
-    @property
-    def written_raw_len(self) -> int:
-        """Raw bytes of the open block already carried by written segments."""
-        return self._written_raw
-
-    @property
-    def pending_raw_len(self) -> int:
-        """Raw bytes staged since the last segment (what the next segment will carry)."""
-        return self._block_raw - self._written_raw
-
-    @property
-    def wants_close(self) -> bool:
-        """The open block has reached the 1 MiB target and should be closed."""
-        return self._block_raw >= TARGET_BLOCK_BYTES
-
-    # --- writing ------------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        if self._poisoned:
-            raise WriterPoisoned("archive writer is poisoned by an earlier partial write", self._path)
-        if self._fd < 0:
-            raise LedgerError("the archive writer is closed", self._path)
-
-    def _poison(self, why: str, cause: BaseException | None = None) -> WriterPoisoned:
-        self._poisoned = True
-        error = WriterPoisoned(f"archive writer is poisoned: {why}", self._path)
-        error.__cause__ = cause
-        return error
-
-    def stage(self, body: bytes) -> tuple[int, int, int]:
-        """Feed ``body`` to the open block (opening one at ``end`` if none) and name its span.
-
-        Returns ``(block_offset, offset, len)``. Raises BodyTooLarge above 16 MiB and
-        BlockFull when the open block cannot take the body (close it and stage again).
-        """
-        if self._poisoned or self._fd < 0:
-            self._check_usable()
-        size = len(body)
-        if size > MAX_BLOCK_RAW_BYTES:
-            raise BodyTooLarge(f"body of {size} bytes exceeds the {MAX_BLOCK_RAW_BYTES}-byte block ceiling",
-                               self._path)
-        if self._block_offset < 0:
-            self._block_offset = self._end
-            self._comp = (zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15) if self._zstd is None
-                          else self._zstd.compressobj())
-        elif self._block_raw + size > MAX_BLOCK_RAW_BYTES:
-            raise BlockFull("open block is full; close it and stage this body again", self._path)
-        offset = self._block_raw
-        if size:
-            if type(body) is not bytes:
-                # The segment hash is taken at flush time: keep an immutable copy.
-                body = bytes(body)
-            # Compression waits for the segment cut: one compressor call per segment, the
-            # same stream as one call per body, at a fraction of the per-call cost.
-            self._pending.append(body)
-            self._block_raw = offset + size
-        return self._block_offset, offset, size
-
-    def flush_segment(self) -> SegmentWritten | None:
-        """Write the bodies staged since the last segment as one sync-flushed segment."""
-        self._check_usable()
-        if self._block_offset < 0 or self._block_raw == self._written_raw:
-            return None
-        return self._write_segment(final=False)
-
-    def close_block(self) -> SegmentWritten | None:
-        """End the open block with a FINAL segment carrying whatever is pending (maybe nothing)."""
-        self._check_usable()
-        if self._block_offset < 0:
-            return None
-        return self._write_segment(final=True)
-
-    def _write_segment(self, final: bool) -> SegmentWritten:
-        pending = self._pending
-        raw = pending[0] if len(pending) == 1 else b"".join(pending)
-        raw_len = len(raw)
-        comp = self._comp
-        try:
-            payload = comp.compress(raw) + comp.flush(self._finish_mode if final else self._sync_mode)
-        except (zlib.error, zstandard.ZstdError) as e:
-            raise self._poison(f"the compressor failed: {e}", e) from e
-        if len(payload) > raw_len + MAX_SEGMENT_EXPANSION or (
-                not final and self._codec == CODEC_DEFLATE and not payload.endswith(SYNC_FLUSH_TAIL)):
-            raise self._poison(f"the compressor produced a {len(payload)}-byte segment for {raw_len} raw bytes "
-                               "that the format cannot carry")
-        header = fmt.pack_segment_header(final, self._written_raw, raw_len, len(payload),
-                                         _blake3_digest(raw))
-        first = self._block_disk == 0
-        record = (fmt.pack_block_header(self._codec) + header + payload if first
-                  else header + payload)
-        self._append(record, at=self._end)
-        self._end += len(record)
-        self._written_raw += raw_len
-        self._block_disk += (len(record))
-        written = SegmentWritten(self._block_offset, self._written_raw, self._block_disk, final)
-        if final:
-            self._forget_block()
-        else:
-            pending.clear()
-        return written
-
-    def _append(self, record: bytes, at: int) -> None:
-        """One write of ``record`` at the file's end; any failure poisons the writer."""
-        view = memoryview(record)
-        done = 0
-        try:
-            while done < len(record):
-                n = os.write(self._fd, view[done:])
-                if n <= 0:
-                    raise OSError(errno.EIO, "write wrote nothing")
-                done += n
-        except OSError as e:
-            # Part of the record may be on disk; ``end`` stays where it was, so nothing this
-            # writer hands out ever names those bytes.
-            raise self._poison(f"appending {len(record)} bytes at offset {at} failed after {done} bytes: "
-                               f"{e.strerror or e}", e) from e
-
-    def sync(self) -> None:
-        """fdatasync the archive: data and length, so index rows naming it may commit."""
-        if self._fd < 0:
-            raise LedgerError("the archive writer is closed", self._path)
-        try:
-            os.fdatasync(self._fd)
-        except OSError as e:
-            raise LedgerError(f"io: fdatasync of the body archive failed: {e.strerror or e}", self._path) from e
-
-    def abandon(self) -> None:
-        """Poison deliberately (the owner failed): unflushed bodies are discarded."""
-        self._poisoned = True
-        self._forget_block()
-
-    def close(self) -> None:
-        """Release the file. Staged but unwritten bodies are lost: close the block first."""
-        if self._fd >= 0 and not self._poisoned and self._block_raw > self._written_raw:
-            # Capsem's debug assertion: an owner that drops staged bytes has a bug.
-            warnings.warn(f"{self._path}: closing the archive writer drops "
-                          f"{self._block_raw - self._written_raw} staged bytes never written", ResourceWarning,
-                          stacklevel=2)
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
-
-    def __enter__(self) -> BodyArchiveWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"BodyArchiveWriter({str(self._path)!r}, codec={CODEC_NAMES[self._codec]!r}, end={self._end}, "
-                f"block_offset={self.block_offset}, poisoned={self._poisoned})")
 
 
 # --- the ledger writer ------------------------------------------------------------------------
@@ -495,7 +195,7 @@ class _Job:
     """One flush's worth of work, taken out of the buffers: segments to record, rows to commit."""
 
     __slots__ = ("segments", "body_rows", "batches", "buffered", "unsynced", "stamp", "body_count",
-                 "rejected", "error", "sync_error", "thread")
+                 "rejected", "error", "sync_error", "thread", "claim", "done", "committed")
 
     def __init__(self, segments: list[SegmentWritten], body_rows: list[tuple[Any, ...]], batches: list[_Batch],
                  buffered: int, unsynced: bool, stamp: str) -> None:
@@ -510,6 +210,14 @@ class _Job:
         self.error: BaseException | None = None
         self.sync_error: LedgerError | None = None
         self.thread: threading.Thread | None = None
+        # Whoever takes this lock runs the job: the worker, or the owner if the worker never
+        # started (an interrupt between creating the job and starting its thread).
+        self.claim = threading.Lock()
+        # Set when the job has run. Waited on instead of Thread.join: an interrupted join
+        # marks a live thread as stopped in CPython 3.11 (bpo-45274), and a later join would
+        # then return while the worker is still inside its transaction.
+        self.done = threading.Event()
+        self.committed = False  # COMMIT returned (an interrupt may still follow it)
 
 
 _REJECTIONS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
@@ -585,6 +293,10 @@ class LedgerWriter:
         self._block_spans: dict[bytes, tuple[int, int, int]] = {}
         self._committed = _CommittedHashes()
         self._block_opened_at: float | None = None
+        # What the ledger itself knows of the archive, for _retire after an interrupt: the
+        # block bodies are being staged into, and the last segment recorded in _segments.
+        self._staging_block: int | None = None
+        self._last_recorded: SegmentWritten | None = None
         self._stamp_second = -1
         self._stamp_prefix = ""
 
@@ -908,7 +620,7 @@ class LedgerWriter:
             self._stage_failed(archive, e)
             return None
         if opening:
-            self._block_opened_at = now
+            self._block_opened_at, self._staging_block = now, span[0]
         return span
 
     def _stage_failed(self, archive: BodyArchiveWriter, error: LedgerError) -> None:
@@ -928,13 +640,15 @@ class LedgerWriter:
         assert archive is not None
         try:
             written = archive.close_block()
+            if written is not None:
+                self._record(written)
+            self._rows_written = len(self._body_rows)
         except LedgerError as e:
             self._retire(f"closing block {archive.block_offset} failed ({e.detail})")
             return None
-        if written is not None:
-            self._segments.append(written)
-            self._unsynced = True
-        self._rows_written = len(self._body_rows)
+        except BaseException:
+            self._interrupted(archive)
+            raise
         self._block_spans.clear()
         self._block_opened_at = None
         return archive
@@ -950,21 +664,48 @@ class LedgerWriter:
             return
         try:
             written = archive.flush_segment()
+            if written is not None:
+                self._record(written)
+            self._rows_written = len(self._body_rows)
         except LedgerError as e:
             self._retire(f"appending a segment failed ({e.detail})")
             return
-        if written is not None:
-            self._segments.append(written)
-            self._unsynced = True
-        self._rows_written = len(self._body_rows)
+        except BaseException:
+            self._interrupted(archive)
+            raise
+
+    def _record(self, written: SegmentWritten) -> None:
+        """A segment is on disk: it needs a sync, then its block row joins the next commit."""
+        self._unsynced = True
+        self._segments.append(written)
+        self._last_recorded = written
+
+    def _interrupted(self, archive: BodyArchiveWriter) -> None:
+        """An exception (KeyboardInterrupt, SIGTERM's, any) escaped a segment cut.
+
+        If the record was completed before it struck, record it as the cut would have (its
+        rows are whole); otherwise the archive poisoned itself and the rows of the lost
+        segment stay beyond ``_rows_written``, where ``_retire`` drops them. Either way no
+        further segment is cut by this writer.
+        """
+        last = archive.last_written
+        if last is not None and last is not self._last_recorded:
+            self._record(last)
+            self._rows_written = len(self._body_rows)
+        archive.poison()
 
     def _retire(self, reason: str) -> None:
         """Take the archive out of service, keeping only rows whose bytes are whole and synced."""
         archive = self._archive
         assert archive is not None
         self._join_job()  # a background flush may be syncing this file
+        # Judge by what this writer recorded, not by the archive's counters: after an
+        # interrupt the two can differ, and only recorded segments get a block row.
         open_block = archive.block_offset
-        safe_raw = archive.written_raw_len
+        if open_block is None:
+            open_block = self._staging_block
+        last = self._last_recorded
+        safe_raw = last.raw_len if last is not None and last.block_offset == open_block else 0
         held = len(self._body_rows)
         kept = self._body_rows[:self._rows_written]
         kept.extend(r for r in self._body_rows[self._rows_written:]
@@ -1030,6 +771,7 @@ class LedgerWriter:
         job = self._take_work()
         if job is None:
             return
+        self._job = job  # first: whatever interrupts from here, _join_job finds and runs the job
         floor = fmt.MIN_ARCHIVE_DEDUP_BYTES
         inflight = self._inflight
         add = self._committed.add_hash_text
@@ -1038,7 +780,6 @@ class LedgerWriter:
                 add(r[8])
                 inflight.setdefault(r[8], (r[_ROW_BLOCK], r[_ROW_OFFSET], r[_ROW_LEN]))
         job.thread = threading.Thread(target=self._run, args=(job,), name="capsem-ledger-flush", daemon=True)
-        self._job = job
         job.thread.start()
 
     def _take_work(self) -> _Job | None:
@@ -1048,21 +789,41 @@ class LedgerWriter:
         if not (self._segments or self._body_rows or self._batches):
             return None
         job = _Job(self._segments, self._body_rows, self._batches, self._buffered, self._unsynced, self._stamp(now))
-        self._segments = []
-        self._body_rows = []
-        self._rows_written = 0
-        self._batches = []
-        for spec in self._specs.values():
-            spec.batch = None
-        self._buffered = 0
-        self._buffered_bytes = 0
-        self._unsynced = False
+        try:
+            self._segments = []
+            self._body_rows = []
+            self._rows_written = 0
+            self._batches = []
+            for spec in self._specs.values():
+                spec.batch = None
+            self._buffered = 0
+            self._buffered_bytes = 0
+            self._unsynced = False
+        except BaseException:
+            # Interrupted half way: put everything back, as if the job was never taken.
+            self._unsynced = job.unsynced
+            self._segments, self._body_rows, self._rows_written = job.segments, job.body_rows, job.body_count
+            self._batches, self._buffered = job.batches, job.buffered
+            raise
         return job
 
     def _run(self, job: _Job) -> None:
         """Sync the archive, then commit the job's rows in one transaction (any thread)."""
+        if job.claim.acquire(blocking=False):
+            self._run_claimed(job)
+        # else the owner ran it already: this worker started too late
+
+    def _run_claimed(self, job: _Job) -> None:
         try:
-            if job.unsynced and self._archive is not None:
+            self._sync_and_commit(job)
+        finally:
+            job.done.set()
+
+    def _sync_and_commit(self, job: _Job) -> None:
+        try:
+            # Segments always mean a sync, whatever the flag says: rows never name bytes that
+            # no returned fdatasync covers.
+            if (job.unsynced or job.segments) and self._archive is not None:
                 try:
                     self._archive.sync()
                 except LedgerError as e:
@@ -1080,8 +841,21 @@ class LedgerWriter:
 
     def _join_job(self) -> None:
         job = self._job
-        if job is not None and job.thread is not None:
-            job.thread.join()
+        if job is None:
+            return
+        if job.claim.acquire(blocking=False):
+            # Its worker never started: run the job here, once.
+            self._run_claimed(job)
+            return
+        while not job.done.wait(0.05):
+            thread = job.thread
+            if thread is None or thread.ident is None or not thread.is_alive():
+                # Claimed here, but interrupted before it ran (the claim is taken outside
+                # the try that sets ``done``): it never ran, so it goes back to the buffers.
+                if job.error is None and not job.committed:
+                    job.error = LedgerError("a flush was interrupted before it ran; its rows are kept for the "
+                                            "next flush", self._db_path)
+                job.done.set()
 
     def _reap(self) -> None:
         """Wait for the background flush, if any, and take its outcome."""
@@ -1097,7 +871,7 @@ class LedgerWriter:
             self.bodies_dropped += job.body_count
             if self._archive is not None:
                 self._retire(f"fdatasync failed ({job.sync_error.detail})")
-        if job.error is not None:
+        if job.error is not None and not job.committed:
             self._restore(job)
             if isinstance(job.error, sqlite3.Error):
                 raise LedgerError(f"flush did not commit ({job.error}); its rows and bodies are kept and retried by "
@@ -1116,6 +890,8 @@ class LedgerWriter:
         for r in job.body_rows:
             if r[_ROW_LEN] >= floor:
                 add(r[8])
+        if job.error is not None:
+            raise job.error  # it struck after COMMIT: the rows are counted as committed
         if rejected:
             table, why = rejected[0]
             raise fmt.RowRejected(f"session.db refused {len(rejected)} rows, which were dropped (the others were "
@@ -1123,19 +899,20 @@ class LedgerWriter:
 
     def _restore(self, job: _Job) -> None:
         """Put a job that did not commit back in front of the buffers, for the next flush."""
+        self._unsynced = self._unsynced or bool(job.segments)  # first: never rows without a sync
         self._segments[:0] = job.segments
         self._body_rows[:0] = job.body_rows
         self._rows_written += len(job.body_rows)
         self._batches[:0] = job.batches
         self._buffered += job.buffered - (job.body_count - len(job.body_rows))
-        self._unsynced = self._unsynced or bool(job.segments)  # syncing again is harmless
 
     def _commit(self, job: _Job, salvage: bool) -> list[tuple[str, str]]:
         conn = self._conn
         assert conn is not None
         rejected: list[tuple[str, str]] = []
-        conn.execute("BEGIN")
+        committing = False
         try:
+            conn.execute("BEGIN")
             # Blocks before the body rows that reference them, body rows before ledger rows.
             if job.segments:
                 conn.executemany(_UPSERT_BLOCK, [(s.block_offset, s.raw_len, s.disk_len, job.stamp)
@@ -1167,10 +944,16 @@ class LedgerWriter:
                             conn.execute("ROLLBACK TO capsem_row")
                             rejected.append((table, str(e)))
                         conn.execute("RELEASE capsem_row")
+            committing = True
             conn.execute("COMMIT")
-        except BaseException:
+            job.committed = True
+        except BaseException as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            elif committing and not isinstance(e, sqlite3.Error):
+                # COMMIT returned and something struck before the flag was set: the rows
+                # are in, and retrying them would insert the ledger rows twice.
+                job.committed = True
             raise
         return rejected
 
@@ -1195,6 +978,7 @@ class LedgerWriter:
             error = e
             self.bodies_dropped += len(self._body_rows)
         try:
+            self._join_job()  # a background flush must not share the connection with what follows
             if self._archive is not None:
                 self._archive.sync()
             if self._conn is not None:
