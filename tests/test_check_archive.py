@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_check import run_cli, sql, write_ledger
+from tests.test_check import run_cli, sql, write_ledger
 
 from capsem_core import check
 from capsem_core.check import check_ledger

@@ -13,7 +13,7 @@ import pytest
 
 from capsem_core import _index
 from capsem_core import format as fmt
-from test_verify_kernel import make_ledger
+from tests.test_verify_kernel import make_ledger
 
 
 def _module_rows(db: Path) -> list[tuple]:

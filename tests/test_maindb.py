@@ -17,7 +17,7 @@ import pytest
 from capsem_core import cli
 from capsem_core import sessions as S
 from capsem_core.sample import write_sample_home
-from test_sessions import MODELS, TOOLS, write_ledger
+from tests.test_sessions import MODELS, TOOLS, write_ledger
 
 # Transcribed from /work/shared/reference/capsem-main-db-v7.md (Capsem's session_index.rs).
 CAPSEM_V7_DDL = """

@@ -14,6 +14,9 @@ STAMP = ROOT / ".venv" / ".capsem-core-setup"
 
 @pytest.mark.skipif(not STAMP.exists(), reason="not installed by scripts/setup (no .venv stamp)")
 def test_setup_on_an_unchanged_checkout_returns_at_once_without_reinstalling() -> None:
+    check = subprocess.run([str(ROOT / "scripts" / "setup"), "--check"], cwd=ROOT, capture_output=True)
+    if check.returncode != 0:
+        pytest.skip("the build inputs changed since the last set-up: `make test` runs it first")
     before = STAMP.stat().st_mtime_ns
     done = subprocess.run([str(ROOT / "scripts" / "setup")], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PIP_NO_INDEX": "1"})

@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 import pytest
-from reliability_helpers import net_row
+from tests.reliability_helpers import net_row
 
 from capsem_core.check import check_ledger
 from capsem_core.ledger import Ledger

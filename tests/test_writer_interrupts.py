@@ -23,9 +23,9 @@ import random
 import sqlite3
 from pathlib import Path
 
-import archive_oracle as oracle
+from oracles import archive_reader as oracle
 import pytest
-from reliability_helpers import net_row
+from tests.reliability_helpers import net_row
 
 from capsem_core import format as fmt
 from capsem_core.archive_writer import BodyArchiveWriter
