@@ -19,6 +19,8 @@ import pytest
 
 from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
+from capsem_core.cli.terminal import colour_wanted
+from capsem_core.cli import app as cli_app
 from capsem_core.format import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
 
@@ -398,11 +400,11 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(ledger: Path, monkeyp
             return True
 
     monkeypatch.delenv("NO_COLOR", raising=False)
-    assert check.colour_wanted(Tty()) is True
+    assert colour_wanted(Tty()) is True
     monkeypatch.setenv("NO_COLOR", "1")
-    assert check.colour_wanted(Tty()) is False
+    assert colour_wanted(Tty()) is False
     monkeypatch.delenv("NO_COLOR")
-    assert check.colour_wanted(sys.stdout) is False  # captured: not a terminal
+    assert colour_wanted(sys.stdout) is False  # captured: not a terminal
 
 
 # --- target resolution ----------------------------------------------------------------------------
@@ -595,7 +597,7 @@ def test_version_prints_the_package_version(capsys) -> None:
         cli.main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out == f"capsem-ledger {capsem_core.__version__}\n"
-    assert cli.package_version() == capsem_core.__version__
+    assert cli_app.package_version() == capsem_core.__version__
 
 
 def test_list_takes_precedence_as_the_doctor_has_it(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -3,7 +3,7 @@
 A ledger whose every printed text column holds escape sequences, carriage returns, bidi
 overrides and other controls is checked as a process, with colour off (NO_COLOR) and on (a
 pseudo-terminal). The text output may hold only printable characters and newlines, plus,
-with colour on, the escape codes of check.Style and nothing else; ``--json`` keeps every
+with colour on, the escape codes of cli.terminal.Style and nothing else; ``--json`` keeps every
 hostile value exactly.
 """
 
@@ -24,7 +24,8 @@ import pytest
 from tests.test_check import TRACE, _bytes
 
 from capsem_core import check
-from capsem_core.check import Style, check_ledger, render_text
+from capsem_core.check import check_ledger, render_text
+from capsem_core.cli.terminal import Style
 from capsem_core.writer import Body, LedgerWriter
 
 # Every kind of character a counterparty could use against a terminal, each in its own value.

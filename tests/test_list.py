@@ -313,10 +313,10 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(six: S.Home, monkeypa
     out = Tty()
     S.run_list(parser.parse_args([]), stdout=out)
     assert "\x1b" not in out.getvalue()
-    monkeypatch.setenv("NO_COLOR", "")
+    monkeypatch.setenv("NO_COLOR", "")  # no-color.org: an empty value does not count (cli.terminal)
     out = Tty()
     S.run_list(parser.parse_args([]), stdout=out)
-    assert "\x1b" not in out.getvalue()
+    assert out.getvalue().startswith("\x1b[1mID")
 
 
 # --- main.db states ------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from capsem_core.format import (
     archive_path_for,
     check_file_header,
 )
-from capsem_core.terminal import sanitize
+from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 
 # --- what the doctor looks at ---------------------------------------------------------------
 
@@ -771,54 +771,7 @@ def _verify_bodies(db_path: Path, bodies_path: Path, index: _BodyIndex, result: 
 
 # --- text rendering -------------------------------------------------------------------------
 
-class Style:
-    """ANSI styling that is a no-op when colour is off."""
-
-    CODES = {"bold": "\033[1m", "dim": "\033[2m", "cyan": "\033[36m", "green": "\033[32m",
-             "yellow": "\033[33m", "red": "\033[31m", "bold_cyan": "\033[1m\033[36m"}
-    RESET = "\033[0m"
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __call__(self, style: str, text: str) -> str:
-        if not self.enabled or not text:
-            return text
-        return f"{self.CODES[style]}{text}{self.RESET}"
-
-
-def colour_wanted(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
-
-
 _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "yellow"}
-
-
-def _cell(value: Any, limit: int | None = None) -> str:
-    # Sanitized first, so widths count what is shown and a cut never splits an escape.
-    text = sanitize(value)
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
-
-
-def _render_table(out: list[str], s: Style, table: Table, limit: int | None = None) -> None:
-    if not table.rows:
-        out.append(s("dim", "  (empty)"))
-        out.append("")
-        return
-    cells = [[_cell(v, limit) for v in row] for row in table.rows]
-    headers = [sanitize(h) for h in table.columns]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    out.append(s("bold", "  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths))))
-    out.append(s("dim", "  " + "  ".join("-" * w for w in widths)))
-    for row in cells:
-        out.append(s("dim", "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))))
-    out.append("")
 
 
 def render_text(report: CheckReport, *, colour: bool = False) -> str:
@@ -852,7 +805,8 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
             out.append(s(_SEVERITY_STYLE[f.severity], f"  {f.message}"))
     out.append("")
     out.append(s("bold", "Event counts:"))
-    _render_table(out, s, tables.tables["event_counts"])
+    counts = tables.tables["event_counts"]
+    render_table(out, s, counts.columns, counts.rows)
 
     _render_archive(out, s, c["body_archive"], c["verify_bodies"], report.verify_bodies)
 
@@ -902,13 +856,14 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
             out.append("")
         if "usage" in usage.tables:
             out.append(s("bold", "Tool usage:"))
-            _render_table(out, s, usage.tables["usage"])
+            usage_table = usage.tables["usage"]
+            render_table(out, s, usage_table.columns, usage_table.rows)
 
     previews = c["previews"]
     for table, preview in previews.tables.items():
         total = previews.counts[table]
         out.append(s("bold", f"{sanitize(table)} ({total} total, showing last {len(preview.rows)}):"))
-        _render_table(out, s, preview, PREVIEW_CELL_CHARS)
+        render_table(out, s, preview.columns, preview.rows, PREVIEW_CELL_CHARS)
 
     verdict = {OK: ("green", "Ledger sound."),
                WARN: ("yellow", "Ledger sound, with warnings."), FAIL: ("red", "Ledger damaged.")}
@@ -1028,14 +983,13 @@ def _non_negative(text: str) -> int:
 
 
 def _session_table(rows: Sequence[Any], with_usage: bool) -> Table:
-    from capsem_core.terminal import sanitize
 
     columns = ["id", "mode", "status", "created_at", "requests", "in_tokens", "out_tokens", "cost"]
     if with_usage:
         columns += ["tools", "files"]
     out = []
     for r in rows:
-        # Strings from main.db are data, not trusted text (capsem_core.terminal).
+        # Strings from main.db are data, not trusted text (capsem_core.cli.terminal).
         line = [sanitize(r.id), sanitize(r.mode), sanitize(r.status), sanitize(r.created_at),
                 f"{r.allowed_requests}/{r.total_requests}",
                 r.total_input_tokens, r.total_output_tokens, f"${r.total_estimated_cost:.4f}"]
@@ -1048,7 +1002,8 @@ def _session_table(rows: Sequence[Any], with_usage: bool) -> Table:
 def _print_sessions(rows: Sequence[Any], with_usage: bool, colour: bool) -> None:
     s = Style(colour)
     out = ["", s("bold", "Recent sessions:")]
-    _render_table(out, s, _session_table(rows, with_usage))
+    sessions = _session_table(rows, with_usage)
+    render_table(out, s, sessions.columns, sessions.rows)
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -1079,7 +1034,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     if args.db is not None:
         if args.session is not None:
-            from capsem_core.cli import UsageError
+            from capsem_core.cli.errors import UsageError
 
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
         db_path = _db_argument(args.db)

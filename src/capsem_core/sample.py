@@ -48,7 +48,7 @@ from capsem_core._blake3 import hexdigest as _b3hex
 from capsem_core.format import LedgerError
 from capsem_core.writer import Body, LedgerWriter
 from capsem_core.writer import ledger_timestamp as ledger_time
-from capsem_core.terminal import sanitize
+from capsem_core.cli.terminal import sanitize
 
 __all__ = [
     "HomeSession",
@@ -1921,7 +1921,7 @@ def add_sample_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    from capsem_core.cli import Terminated, UsageError
+    from capsem_core.cli.errors import Terminated, UsageError
 
     if not args.directory:
         raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")

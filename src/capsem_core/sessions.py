@@ -43,7 +43,7 @@ from capsem_core.maindb import (  # noqa: F401  (the public main.db API, re-expo
     mark_session, now_text, open_main_db, recent_sessions, rollup, rollup_on_close, select_rows_sql,
     session_recorded,
 )
-from capsem_core.terminal import sanitize
+from capsem_core.cli.terminal import colour_wanted, sanitize
 
 SESSION_DB = "session.db"
 SESSION_BODIES = "session.bodies"
@@ -494,14 +494,6 @@ _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 LIST_FOOTER = "* = session.db on disk (queryable)"
 
 
-def use_colour(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set."""
-    if "NO_COLOR" in os.environ:
-        return False
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
-
-
 def list_header() -> str:
     """The doctor's header, with the VM name as a trailing column."""
     return (f"{'ID':<36}  {'Created':>16}  {'Dur':>6}  {'Cost':>7}  {'net':>5}  "
@@ -600,7 +592,7 @@ def run_list(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: 
     if not items:
         print("No sessions found", file=out)
         return 0
-    out.write("\n".join(format_list(items, use_colour(out))) + "\n")
+    out.write("\n".join(format_list(items, colour_wanted(out))) + "\n")
     return 0
 
 

@@ -1,35 +1,38 @@
-"""The ``capsem-ledger`` command line: one subcommand per concept module.
+"""``capsem-ledger``: the subcommands, wired with explicit imports.
 
-Each module that owns a command exposes ``add_<name>_arguments(parser)`` and
-``run_<name>(args) -> int``; this module only wires them up and turns every failure into
-one line on stderr, never a traceback: a LedgerError or an OSError is exit status 1, a
-UsageError (arguments that contradict each other) is argparse's usage line and exit 2.
+Each command exposes ``add_<name>_arguments(parser)`` and ``run_<name>(args) -> int``; this
+module only wires them up and turns every failure into one line on stderr, never a
+traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
+contradict each other) is argparse's usage line and exit 2, Ctrl-C 130 and SIGTERM 143.
 Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from capsem_core.format import LedgerError
-from capsem_core.terminal import sanitize
+from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.terminal import sanitize
 
-# (subcommand, owning module, one-line help)
-COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("check", "capsem_core.check", "integrity report of one session's ledger"),
-    ("list", "capsem_core.sessions", "recent sessions from main.db"),
-    ("rollup", "capsem_core.sessions", "recompute a session's totals in main.db from its ledger"),
-    ("sample", "capsem_core.sample", "write a realistic sample ledger or a whole CAPSEM_HOME"),
-)
+Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 
 
-class UsageError(Exception):
-    """Arguments that parse but contradict each other: the CLI prints the subcommand's
-    usage line and this message, and exits 2 (argparse's status for usage errors)."""
+def _commands() -> tuple[Command, ...]:
+    """(subcommand, one-line help, add-arguments, run) of every command."""
+    from capsem_core import check, sample, sessions
+
+    return (
+        ("check", "integrity report of one session's ledger", check.add_check_arguments, check.run_check),
+        ("list", "recent sessions from main.db", sessions.add_list_arguments, sessions.run_list),
+        ("rollup", "recompute a session's totals in main.db from its ledger", sessions.add_rollup_arguments,
+         sessions.run_rollup),
+        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_sample_arguments,
+         sample.run_sample),
+    )
 
 
 def package_version() -> str:
@@ -50,10 +53,6 @@ def package_version() -> str:
 WRITING_COMMANDS = frozenset(("sample", "rollup"))
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised as an exception in a writing command (a BaseException, like Ctrl-C's)."""
-
-
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
@@ -64,11 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, module_name, help_text in COMMANDS:
-        module = importlib.import_module(module_name)
+    for name, help_text, add_arguments, run in _commands():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        getattr(module, f"add_{name}_arguments")(p)
-        p.set_defaults(_run=getattr(module, f"run_{name}"), _parser=p)
+        add_arguments(p)
+        p.set_defaults(_run=run, _parser=p)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from capsem_core.terminal import sanitize
+from capsem_core.cli.terminal import sanitize
 
 HOSTILE = [
     ("\x1b]8;;https://evil.example/\x07click\x1b]8;;\x07", "\\x1b]8;;https://evil.example/\\x07click\\x1b]8;;\\x07"),
@@ -48,3 +48,29 @@ def test_no_sanitized_text_holds_a_character_a_terminal_could_act_on(text: str) 
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"))))
 def test_printable_text_is_never_altered(text: str) -> None:
     assert sanitize(text) == text
+
+
+def test_no_color_set_to_anything_but_empty_turns_colour_off_even_on_a_terminal(monkeypatch) -> None:
+    from capsem_core.cli.terminal import colour_wanted
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert colour_wanted(Tty()) is True
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert colour_wanted(Tty()) is False
+    monkeypatch.setenv("NO_COLOR", "")  # no-color.org: an empty value does not count
+    assert colour_wanted(Tty()) is True
+
+
+def test_a_table_aligns_escaped_cells_and_cuts_long_ones_without_splitting_an_escape() -> None:
+    from capsem_core.cli.terminal import Style, render_table
+
+    out: list[str] = []
+    render_table(out, Style(False), ["name", "n"], [["a\x1bb", 1], ["x" * 80, 22]], limit=10)
+    assert out[0] == "  name        n "
+    assert out[2] == "  a\\x1bb      1 "
+    assert out[3] == "  xxxxxxx...  22"
+    assert out[-1] == ""

@@ -1,0 +1,20 @@
+"""How a command says it cannot go on: the two exceptions the CLI turns into exit codes.
+
+Library code raises LedgerError for what is wrong with a file; these two are the command
+line's own: contradictory arguments, and SIGTERM turned into an exception so that writers'
+exit paths run as they do for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Arguments that parse but contradict each other: the CLI prints the subcommand's
+    usage line and this message, and exits 2 (argparse's status for usage errors)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised as an exception in a writing command (a BaseException, like Ctrl-C's)."""
+
+
+__all__ = ["Terminated", "UsageError"]
