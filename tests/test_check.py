@@ -19,7 +19,7 @@ import pytest
 
 from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
-from capsem_core.format import SymlinkRefused
+from capsem_core.errors import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
 
 # --- builders (shared with test_check_archive.py) -------------------------------------------------

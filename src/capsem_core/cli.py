@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.terminal import sanitize
 
 # (subcommand, owning module, one-line help)

@@ -37,8 +37,17 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 import zstandard
 
 from capsem_core import db
+from capsem_core import errors
 from capsem_core import format as fmt
-from capsem_core._blake3 import digest as _blake3_digest
+from capsem_core._native._blake3 import digest as _blake3_digest
+from capsem_core.errors import (
+    BlockFull,
+    BodyTooLarge,
+    LedgerError,
+    SymlinkRefused,
+    WriterBusy,
+    WriterPoisoned,
+)
 from capsem_core.format import (
     CODEC_DEFLATE,
     CODEC_NAMES,
@@ -50,12 +59,6 @@ from capsem_core.format import (
     SYNC_FLUSH_TAIL,
     TARGET_BLOCK_BYTES,
     ZSTD_LEVEL,
-    BlockFull,
-    BodyTooLarge,
-    LedgerError,
-    SymlinkRefused,
-    WriterBusy,
-    WriterPoisoned,
 )
 
 __all__ = [
@@ -666,7 +669,7 @@ class LedgerWriter:
         except sqlite3.DatabaseError as e:
             conn.close()
             if "not a database" in str(e):
-                raise fmt.SchemaMismatch(f"not a SQLite session ledger ({e})", self._db_path) from e
+                raise errors.SchemaMismatch(f"not a SQLite session ledger ({e})", self._db_path) from e
             raise LedgerError(f"cannot open session.db for writing: {e}", self._db_path) from e
         except BaseException:
             conn.close()
@@ -1118,8 +1121,8 @@ class LedgerWriter:
                 add(r[8])
         if rejected:
             table, why = rejected[0]
-            raise fmt.RowRejected(f"session.db refused {len(rejected)} rows, which were dropped (the others were "
-                                  f"committed); first: a {table} row: {why}", self._db_path)
+            raise errors.RowRejected(f"session.db refused {len(rejected)} rows, which were dropped (the others were "
+                                     f"committed); first: a {table} row: {why}", self._db_path)
 
     def _restore(self, job: _Job) -> None:
         """Put a job that did not commit back in front of the buffers, for the next flush."""

@@ -4,13 +4,14 @@ reader (ArchiveReader), extent walking, and the verify-bodies kernel.
 
 The reader follows Capsem's read protocol (one cursor: one block, one inflate stream, the
 inflated prefix in a reusable buffer of at most 16 MiB), so a forward walk through a block
-inflates each segment once. Errors are format.LedgerError kinds with Capsem's wording and
-the archive's path.
+inflates each segment once. Errors are worded, classified and raised through the status
+table (capsem_core._native._errors), with the archive's path. The format constants are
+module attributes, defined from archive_format.h. This module runs no SQL and imports
+nothing from the Python layer: what to verify, and how to label it, is the caller's.
 """
 
 import collections
 import os
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +19,34 @@ cimport numpy as cnp
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 
 from archive_format cimport *
+from status cimport *
 
-from capsem_core import format as _fmt
+from capsem_core._native import _errors
 
 cnp.import_array()
 
 # Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath).
 if capsem_guard_install() != 0:
-    raise ImportError("capsem_core._archive could not install its SIGBUS guard")
+    raise ImportError("capsem_core._native._archive could not install its SIGBUS guard")
+
+# The format, as the C headers define it (the Python format module reads these).
+FILE_MAGIC = CAPSEM_FILE_MAGIC[:8]
+BLOCK_MAGIC = CAPSEM_BLOCK_MAGIC[:4]
+SEGMENT_MAGIC = CAPSEM_SEGMENT_MAGIC[:4]
+SYNC_FLUSH_TAIL = CAPSEM_SYNC_FLUSH_TAIL[:4]
+FORMAT_VERSION = CAPSEM_FORMAT_VERSION
+FILE_HEADER_BYTES = CAPSEM_FILE_HEADER_BYTES
+BLOCK_HEADER_BYTES = CAPSEM_BLOCK_HEADER_BYTES
+SEGMENT_HEADER_BYTES = CAPSEM_SEGMENT_HEADER_BYTES
+SEGMENT_FINAL = CAPSEM_SEGMENT_FINAL
+MAX_BLOCK_RAW_BYTES = CAPSEM_MAX_BLOCK_RAW_BYTES
+MAX_SEGMENT_EXPANSION = CAPSEM_MAX_SEGMENT_EXPANSION
+CODEC_DEFLATE = CAPSEM_CODEC_DEFLATE
+CODEC_ZSTD = CAPSEM_CODEC_ZSTD
+BODY_HASH_PREFIX = CAPSEM_BODY_HASH_PREFIX.decode()
 
 LIMITS = {
     "file_header_bytes": CAPSEM_FILE_HEADER_BYTES,
@@ -40,6 +58,10 @@ LIMITS = {
 
 cdef extern from "blake3.h" nogil:
     void capsem_blake3_hash(const void *input, size_t input_len, uint8_t *out)
+
+cdef extern from "body_hash.h" nogil:
+    const char *CAPSEM_BODY_HASH_PREFIX
+    int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
 
 cdef extern from "archive_reader.h" nogil:
     ctypedef struct capsem_error:
@@ -96,10 +118,6 @@ cdef extern from "archive_file.h" nogil:
     int capsem_file_replaced(const capsem_archive_file *f, const char *path)
 
 cdef extern from "archive_verify.h" nogil:
-    int CAPSEM_V_OK
-    int CAPSEM_V_BODY_HASH
-    int CAPSEM_V_BAD_HASH_TEXT
-    int CAPSEM_V_SPAN
     ctypedef struct capsem_verify_job:
         pass
     ctypedef struct capsem_verify_spec:
@@ -133,17 +151,15 @@ cdef uint64_t MAX_RAW = CAPSEM_MAX_BLOCK_RAW_BYTES
 def check_file_header(const uint8_t[::1] head not None, path=None):
     """Raise BadFileHeader unless head begins with a CAPSEMBL version-2 header."""
     if capsem_parse_file_header(&head[0] if head.shape[0] else NULL, head.shape[0]) != CAPSEM_OK:
-        raise _fmt.BadFileHeader("bad archive header: not a CAPSEMBL version 2 file", path)
+        raise _errors.error(CAPSEM_E_FILE_HEADER, path)
 
 
 def parse_block_header(const uint8_t[::1] head not None, unsigned long long block_offset, path=None):
     """The codec byte of a valid block header, else BadBlockHeader / UnsupportedCodec."""
     cdef uint8_t codec = 0
     cdef capsem_status st = capsem_parse_block_header(&head[0] if head.shape[0] else NULL, head.shape[0], &codec)
-    if st == CAPSEM_E_BLOCK_HEADER:
-        raise _fmt.BadBlockHeader(f"bad block header at offset {block_offset}", path)
-    if st == CAPSEM_E_CODEC:
-        raise _fmt.UnsupportedCodec(f"block at offset {block_offset} uses unsupported codec {codec}", path)
+    if st != CAPSEM_OK:
+        raise _errors.error(st, path, at=block_offset, codec=codec)
     return codec
 
 
@@ -154,9 +170,9 @@ def parse_segment_header(const uint8_t[::1] head not None, unsigned long long at
     cdef capsem_status st = capsem_parse_segment_header(&head[0] if head.shape[0] else NULL, head.shape[0],
                                                         expected_raw_start, &h)
     if st == CAPSEM_E_TRUNCATED:
-        raise _fmt.TruncatedBlock(f"segment at offset {at} is truncated: the file ends inside its header", path)
+        raise _errors.error(CAPSEM_R_SEGMENT_HEADER_SHORT, path, at=at)
     if st != CAPSEM_OK:
-        raise _fmt.BadSegment(f"bad segment at offset {at}", path)
+        raise _errors.error(st, path, at=at)
     return h.flags, h.raw_start, h.raw_len, h.comp_len, bytes(h.hash[:32])
 
 
@@ -166,91 +182,24 @@ def has_sync_tail(const uint8_t[::1] payload not None):
 
 # --- errors -----------------------------------------------------------------------------
 
-# Finding kinds, by the archive status (or verify outcome) that produced them.
-KIND_BAD_BLOCK_HEADER = "bad_block_header"
-KIND_UNSUPPORTED_CODEC = "unsupported_codec"
-KIND_BAD_SEGMENT = "bad_segment"
-KIND_TRUNCATED = "truncated"
-KIND_SEGMENT_HASH = "segment_hash"
-KIND_INTEGRITY = "integrity"
-KIND_INFLATE = "inflate"
-KIND_OUT_OF_RANGE = "out_of_range"
-KIND_BODY_HASH = "body_hash"
-KIND_BAD_BODY_HASH_TEXT = "bad_body_hash_text"
+ArchiveFault = collections.namedtuple("ArchiveFault", "code kind at text")
+ArchiveFault.__doc__ = ("One archive error of the verify kernel: its status-table code and kind, the offset "
+                        "it names (a segment's where the table says so, else a block's) and its text.")
 
 
-def error_text(kind, at, detail="", codec=0, block=None):
-    """Capsem's display text for an archive error kind, with our detail after a colon.
-
-    ``at`` is what the kind names: a block's file offset for the block kinds, a segment's
-    file offset for SEGMENT_KINDS (and the text says "segment" then). ``block``, when given
-    for a segment kind, puts the offset of the block holding that segment in front."""
-    if kind == KIND_BAD_BLOCK_HEADER:
-        return f"bad block header at offset {at}"
-    if kind == KIND_UNSUPPORTED_CODEC:
-        return f"block at offset {at} uses unsupported codec {codec}"
-    if kind == KIND_TRUNCATED:
-        return f"block at offset {at} is truncated: the file ends inside its payload"
-    if kind == KIND_OUT_OF_RANGE:
-        return "body reference out of range for its block"
-    if kind == KIND_BAD_SEGMENT:
-        text = f"bad segment at offset {at}" + (f": {detail}" if detail else "")
-    elif kind in (KIND_SEGMENT_HASH, KIND_INTEGRITY):
-        text = f"segment at offset {at} failed integrity check" + (f": {detail}" if detail else "")
-    elif kind == KIND_INFLATE:
-        text = f"segment at offset {at} did not inflate: {detail}"
-    else:
-        raise ValueError(kind)
-    return text if block is None else f"block at offset {block}: {text}"
+cdef object _detail(const capsem_error *e):
+    """The C detail text, or None when there is none."""
+    return e.detail.decode("utf-8", "replace") if e.detail[0] else None
 
 
-_KIND_ERROR = {
-    KIND_BAD_BLOCK_HEADER: _fmt.BadBlockHeader, KIND_UNSUPPORTED_CODEC: _fmt.UnsupportedCodec,
-    KIND_BAD_SEGMENT: _fmt.BadSegment, KIND_TRUNCATED: _fmt.TruncatedBlock,
-    KIND_SEGMENT_HASH: _fmt.IntegrityError, KIND_INTEGRITY: _fmt.IntegrityError,
-    KIND_INFLATE: _fmt.InflateError, KIND_OUT_OF_RANGE: _fmt.RefOutOfRange,
-}
-
-# Kinds whose `at` is a segment's file offset (the others name the block).
-SEGMENT_KINDS = frozenset({KIND_BAD_SEGMENT, KIND_SEGMENT_HASH, KIND_INTEGRITY, KIND_INFLATE})
-
-
-cdef str _kind_of(int status, int hash_mismatch):
-    if status == CAPSEM_E_BLOCK_HEADER:
-        return KIND_BAD_BLOCK_HEADER
-    if status == CAPSEM_E_CODEC:
-        return KIND_UNSUPPORTED_CODEC
-    if status == CAPSEM_E_SEGMENT:
-        return KIND_BAD_SEGMENT
-    if status == CAPSEM_E_TRUNCATED:
-        return KIND_TRUNCATED
-    if status == CAPSEM_E_INTEGRITY:
-        return KIND_SEGMENT_HASH if hash_mismatch else KIND_INTEGRITY
-    if status == CAPSEM_E_INFLATE:
-        return KIND_INFLATE
-    if status == CAPSEM_E_RANGE or status == CAPSEM_V_SPAN:
-        return KIND_OUT_OF_RANGE
-    if status == CAPSEM_V_BODY_HASH:
-        return KIND_BODY_HASH
-    if status == CAPSEM_V_BAD_HASH_TEXT:
-        return KIND_BAD_BODY_HASH_TEXT
-    return "unknown"
-
-
-cdef tuple _error_fields(const capsem_error *e, block=None):
-    """(kind, at, text) of a C error; ``block`` names the block of a segment error."""
-    kind = _kind_of(e.status, e.hash_mismatch)
-    detail = e.detail.decode("utf-8", "replace")
-    if kind not in SEGMENT_KINDS or block == e.at:
-        block = None
-    return kind, e.at, error_text(kind, e.at, detail, e.codec, block)
+cdef object _fault(const capsem_error *e):
+    code = capsem_report_code(e.status, e.hash_mismatch)
+    return ArchiveFault(code, _errors.kind(code), e.at, _errors.message(code, at=e.at, codec=e.codec, detail=_detail(e)))
 
 
 cdef object _raise_error(const capsem_error *e, path, block=None):
-    if e.status == CAPSEM_E_NOMEM:
-        raise MemoryError(f"{path}: {e.detail.decode('utf-8', 'replace')}")
-    kind, at, text = _error_fields(e, block)
-    raise _KIND_ERROR[kind](text, path)
+    raise _errors.error(capsem_report_code(e.status, e.hash_mismatch), path, at=e.at, codec=e.codec,
+                        detail=_detail(e), block=block)
 
 
 cdef _open_archive(capsem_archive_file *f, path, bytes cpath):
@@ -260,17 +209,17 @@ cdef _open_archive(capsem_archive_file *f, path, bytes cpath):
     with nogil:
         st = capsem_file_open(f, p, &err)
     if st == CAPSEM_OPEN_SYMLINK:
-        raise _fmt.SymlinkRefused(f"archive path is a symlink: {path}", path)
+        raise _errors.error(CAPSEM_R_SYMLINK, path)
     if st == CAPSEM_OPEN_NOT_REGULAR:
-        raise _fmt.ArchiveError("io: not a regular file", path)
+        raise _errors.error(CAPSEM_R_NOT_REGULAR, path)
     if st != CAPSEM_OPEN_OK:
-        raise _fmt.ArchiveError(f"io: {os.strerror(err)}", path)
+        raise _errors.error(CAPSEM_R_IO, path, detail=os.strerror(err))
     if capsem_parse_file_header(f.map, f.size) != CAPSEM_OK:
         size = f.size
         capsem_file_close(f)
         if size < CAPSEM_FILE_HEADER_BYTES:
-            raise _fmt.BadFileHeader(f"bad archive header: {size} bytes, shorter than the 16-byte file header", path)
-        raise _fmt.BadFileHeader("bad archive header: not a CAPSEMBL version 2 file", path)
+            raise _errors.error(CAPSEM_R_FILE_HEADER_SHORT, path, size=size)
+        raise _errors.error(CAPSEM_E_FILE_HEADER, path)
 
 
 def _span_end(offset, length):
@@ -338,7 +287,7 @@ cdef class ArchiveReader:
         cdef uint64_t before = self.f.size
         cdef int e = capsem_file_refresh(&self.f)
         if e:
-            raise _fmt.ArchiveError(f"io: {os.strerror(e)}", self.path)
+            raise _errors.error(CAPSEM_R_IO, self.path, detail=os.strerror(e))
         return self.f.size != before
 
     cdef _reach(self, uint64_t block_offset, uint64_t end):
@@ -367,27 +316,44 @@ cdef class ArchiveReader:
         self._check_open()
         end = _span_end(offset, length)
         if end is None:
-            raise _fmt.RefOutOfRange(error_text(KIND_OUT_OF_RANGE, block_offset), self.path)
+            raise _errors.error(CAPSEM_E_RANGE, self.path, at=block_offset)
         if block_offset < 0 or block_offset >= 1 << 64:
-            raise _fmt.BadBlockHeader(error_text(KIND_BAD_BLOCK_HEADER, block_offset), self.path)
+            raise _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=block_offset)
         self._reach(block_offset, end)
         return PyBytes_FromStringAndSize(<const char *>capsem_cursor_raw(self.c) + <size_t>offset, <Py_ssize_t>length)
 
-    def read_verified(self, block_offset, offset, length, expected_digest):
-        """read(), then BodyHashMismatch unless BLAKE3 of the bytes equals expected_digest (32 bytes)."""
-        cdef const uint8_t[::1] want = expected_digest
-        if want.shape[0] != 32:
-            raise ValueError("a body digest is 32 bytes")
+    def read_verified(self, block_offset, offset, length, expected, subject=None):
+        """read(), checked: BodyHashMismatch unless BLAKE3 of the bytes is ``expected``.
+
+        ``expected`` is the 32-byte digest, or the row's body_hash text ("blake3:" + 64
+        lower-case hex digits), parsed here once; a text that does not parse matches no
+        bytes (after the read, whose archive errors come first). ``subject`` (the body's
+        event id) is named in the mismatch message when given."""
+        cdef uint8_t want[32]
+        cdef uint8_t got[32]
+        cdef const uint8_t[::1] w
+        cdef bytes text
+        cdef bint parsed
+        if isinstance(expected, str):
+            text = expected.encode("utf-8", "surrogateescape")
+            parsed = capsem_parse_body_hash(text, len(text), want) == 1
+            want_text = expected
+        else:
+            w = expected
+            if w.shape[0] != 32:
+                raise ValueError("a body digest is 32 bytes")
+            memcpy(want, &w[0], 32)
+            parsed = True
+            want_text = None
         data = self.read(block_offset, offset, length)
         cdef const uint8_t[::1] d = data
-        cdef uint8_t got[32]
         with nogil:
             capsem_blake3_hash(&d[0] if d.shape[0] else NULL, d.shape[0], got)
-        if memcmp(got, &want[0], 32) != 0:
-            raise _fmt.BodyHashMismatch(
-                f"archived body does not match the row that named it: index says "
-                f"{_fmt.body_hash_text(bytes(want))}, bytes hash to {_fmt.body_hash_text(bytes(got[:32]))}",
-                self.path)
+        if not parsed or memcmp(got, want, 32) != 0:
+            if want_text is None:
+                want_text = BODY_HASH_PREFIX + bytes(want[:32]).hex()
+            raise _errors.error(CAPSEM_V_BODY_HASH, self.path, detail=None if subject is None else str(subject),
+                                want=want_text, got=BODY_HASH_PREFIX + bytes(got[:32]).hex())
         return data
 
     def walk_extent(self, block_offset, disk_len):
@@ -398,10 +364,9 @@ cdef class ArchiveReader:
         inside the extent; BadBlockHeader / UnsupportedCodec for the block header."""
         self._check_open()
         if block_offset < 0 or block_offset >= 1 << 64:
-            raise _fmt.BadBlockHeader(error_text(KIND_BAD_BLOCK_HEADER, block_offset), self.path)
+            raise _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=block_offset)
         if disk_len < 0 or disk_len >= 1 << 64:
-            raise _fmt.BadSegment(f"block at offset {block_offset} records an extent length {disk_len} "
-                                  f"outside 0..2**64-1", self.path)
+            raise _errors.error(CAPSEM_R_EXTENT_LENGTH, self.path, at=block_offset, size=disk_len)
         cdef capsem_extent ext
         cdef capsem_error e
         cdef capsem_status st
@@ -442,16 +407,10 @@ cdef class ArchiveReader:
 
 # --- the verify kernel ----------------------------------------------------------------------
 
-Finding = collections.namedtuple(
-    "Finding",
-    "row_id event_id source_table direction block_offset body_offset body_len segment_offset kind message")
-Finding.__doc__ = ("One body that did not read back through its hashes. segment_offset is the failing "
-                   "segment's file offset when known; message reads like the doctor's.")
-
 VerifyOutcome = collections.namedtuple("VerifyOutcome", "status err_index got errors")
 VerifyOutcome.__doc__ = ("Raw kernel result: per-body status (0 = verified), index into errors (-1 none), "
                          "the digest the bytes hashed to (body-hash mismatches only), and the list of "
-                         "(kind, at, text) archive errors.")
+                         "ArchiveFault archive errors.")
 
 
 cdef object _i64(a):
@@ -540,87 +499,9 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
         if rc != 0:
             raise MemoryError("the verify workers ran out of memory")
         for i in range(capsem_verify_error_count(job)):
-            errors.append(_error_fields(capsem_verify_error(job, i)))
+            errors.append(_fault(capsem_verify_error(job, i)))
     finally:
         if job != NULL:
             capsem_verify_free(job)
         capsem_file_close(&f)
     return VerifyOutcome(status, err_index, got, errors)
-
-
-def _row_labels(db_path, ids):
-    """{rowid: (event_id, source_table, direction)} for the given event_body_blobs rows."""
-    labels = {}
-    if not len(ids):
-        return labels
-    from capsem_core import db as _db
-
-    # Labels for rows the scan already read: the same file, with what the scan could read
-    # of it (a -wal it could not was refused by the scan or is reported by check).
-    con = _db.connect_readonly(os.fspath(db_path), allow_unread_wal=True)
-    try:
-        ids = [int(x) for x in ids]
-        for k in range(0, len(ids), 900):
-            chunk = ids[k:k + 900]
-            q = ("SELECT id, event_id, source_table, direction FROM event_body_blobs WHERE id IN (%s)"
-                 % ",".join("?" * len(chunk)))
-            for rid, event_id, table, direction in con.execute(q, chunk):
-                labels[rid] = (event_id, table, direction)
-    except sqlite3.Error as exc:
-        raise _fmt.LedgerError(f"cannot read the body index: {exc}", db_path) from exc
-    finally:
-        con.close()
-    return labels
-
-
-def findings_of(outcome, bodies, db_path=None):
-    """Findings for every body the kernel did not verify, in archive order."""
-    status = outcome.status
-    failing = np.flatnonzero(status)
-    ids = np.asarray(bodies["id"])[failing] if len(failing) else []
-    labels = _row_labels(db_path, ids) if db_path is not None else {}
-    blk = bodies["block_offset"]; off = bodies["body_offset"]; ln = bodies["body_len"]; dig = bodies["digest"]
-    findings = []
-    for i in failing.tolist():
-        rid = int(bodies["id"][i])
-        event_id, table, direction = labels.get(rid, (None, None, None))
-        s = int(status[i])
-        segment_offset = None
-        if s == CAPSEM_V_BODY_HASH:
-            kind = KIND_BODY_HASH
-            text = (f"archived body does not match the row that named it: index says "
-                    f"{_fmt.body_hash_text(bytes(dig[i]))}, bytes hash to {_fmt.body_hash_text(bytes(outcome.got[i]))}")
-        elif s == CAPSEM_V_BAD_HASH_TEXT:
-            kind = KIND_BAD_BODY_HASH_TEXT
-            text = "the row's body_hash is not blake3: followed by 64 lower-case hex digits"
-        elif s == CAPSEM_V_SPAN:
-            kind = KIND_OUT_OF_RANGE
-            text = error_text(kind, int(blk[i]))
-        else:
-            kind, at, text = outcome.errors[int(outcome.err_index[i])]
-            if kind in SEGMENT_KINDS:
-                # The kernel's text names the segment; say which block holds it too.
-                segment_offset = int(at)
-                if segment_offset != int(blk[i]):
-                    text = f"block at offset {int(blk[i])}: {text}"
-        who = f"{event_id} {table}/{direction}" if event_id is not None else f"row {rid}"
-        findings.append(Finding(rid, event_id, table, direction, int(blk[i]), int(off[i]), int(ln[i]),
-                                segment_offset, kind, f"{who}: {text}"))
-    return findings
-
-
-def verify_ledger(db_path, bodies_path=None, int threads=0, progress=None, bint use_libdeflate=True):
-    """Scan the body index of db_path and verify every body in bodies_path (default: the
-    .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
-    used by the index scan and by the verify workers alike."""
-    from capsem_core import _index
-    bodies = _index.scan_bodies(db_path, threads=threads)
-    n = bodies["id"].shape[0]
-    if n == 0:
-        return 0, []
-    blocks = _index.scan_blocks(db_path)
-    if bodies_path is None:
-        bodies_path = _fmt.archive_path_for(db_path)
-    outcome = verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
-    findings = findings_of(outcome, bodies, db_path)
-    return n - len(findings), findings
