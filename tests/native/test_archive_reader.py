@@ -311,6 +311,27 @@ def test_read_verified_refuses_bytes_that_do_not_match_the_digest(archive):
         r.read_verified(*refs[0], bytes(32))
 
 
+def test_read_verified_takes_the_row_s_body_hash_text_and_names_the_body(archive):
+    import blake3
+    refs, bodies = write_block(archive, [100, 50])
+    r = ArchiveReader(archive)
+    good = "blake3:" + blake3.blake3(bodies[0]).hexdigest()
+    assert r.read_verified(*refs[0], good, "ev0") == bodies[0]
+    got = "blake3:" + blake3.blake3(bodies[1]).hexdigest()
+    with pytest.raises(errors.BodyHashMismatch) as wrong:
+        r.read_verified(*refs[1], good, "ev1")
+    assert wrong.value.detail == (f"archived body of ev1 does not match the row that named it: "
+                                  f"index says {good}, bytes hash to {got}")
+    assert wrong.value.path == archive
+    # A malformed text (upper-case hex here) matches no bytes, and is quoted as the row has it.
+    upper = "blake3:" + blake3.blake3(bodies[1]).hexdigest().upper()
+    with pytest.raises(errors.BodyHashMismatch, match=f"index says {upper}, bytes hash to {got}"):
+        r.read_verified(*refs[1], upper, "ev1")
+    # Archive errors come before the hash: a span past the block is out of range.
+    with pytest.raises(errors.RefOutOfRange):
+        r.read_verified(refs[0][0], 0, 17 << 20, good)
+
+
 def test_a_reader_follows_a_writer_appending_to_the_same_open_block(archive):
     w = BodyArchiveWriter(archive)
     w.sync()
