@@ -18,7 +18,7 @@ import blake3
 import numpy as np
 import pytest
 
-from capsem_core import _blake3
+from capsem_core._native import _blake3
 
 BEST = _blake3.best_level()
 SIZES = {"64 B": 64, "1 KiB": 1024, "64 KiB": 64 * 1024, "1 MiB": 1024 * 1024}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from capsem_core import _archive
+from capsem_core._native import _archive
 from capsem_core.check import READ_MMAP_BYTES, check_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from capsem_core import _index
+from capsem_core import index as _index
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import BODIES  # noqa: E402

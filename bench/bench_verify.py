@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from capsem_core import _archive
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 
 sys.path.insert(0, str(Path(__file__).parent))
 from oracles.baseline_verify import verify_ledger as baseline_verify  # noqa: E402
@@ -37,7 +38,7 @@ from oracles import verify_floor  # noqa: E402
 
 
 def _kernel(db: Path, threads: int, use_libdeflate: bool = True) -> tuple[int, list]:
-    return _archive.verify_ledger(db, threads=threads, use_libdeflate=use_libdeflate)
+    return _verify.verify_ledger(db, threads=threads, use_libdeflate=use_libdeflate)
 
 
 def _run(benchmark, fn, *args, rounds: int = 3, baseline: bool = False):
@@ -112,8 +113,9 @@ def test_small_kernel_2_threads(benchmark, small):
 # high-water mark of the child's own address space since exec.
 _PEAK = """
 import sys
-from capsem_core import _archive
-verified, findings = _archive.verify_ledger(sys.argv[1], threads=int(sys.argv[2]))
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
+verified, findings = _verify.verify_ledger(sys.argv[1], threads=int(sys.argv[2]))
 assert not findings
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 """

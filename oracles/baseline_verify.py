@@ -3,8 +3,8 @@
 One body at a time in archive order through one block cursor (sqlite3 module for the index,
 ``zlib.decompressobj`` / ``zstandard`` to inflate, the ``blake3`` package to hash), so each
 segment is inflated once. It reports the same findings as the native kernel
-(``capsem_core._archive.verify_ledger``): same kinds, offsets and words. It is the yardstick
-the benchmarks divide by and the oracle ``tests/test_verify_kernel.py`` compares with; it is
+(``capsem_core.verify.verify_ledger``): same kinds, offsets and words. It is the yardstick
+the benchmarks divide by and the oracle ``tests/native/test_verify_kernel.py`` compares with; it is
 not a runtime path (``blake3`` is a test dependency only).
 
     python3 oracles/baseline_verify.py path/to/session.db

@@ -26,7 +26,7 @@ from typing import Callable
 import blake3
 import numpy as np
 
-from capsem_core import _blake3
+from capsem_core._native import _blake3
 from capsem_core.format import (
     BLOCK_HEADER_BYTES,
     CODEC_DEFLATE,

@@ -22,9 +22,11 @@ from pathlib import Path
 from oracles import archive_reader as oracle
 from blake3 import blake3
 
-from capsem_core import _archive, cli
+from capsem_core import cli
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 from capsem_core.check import check_ledger
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
 from capsem_core.writer import Body, LedgerWriter
 
@@ -455,7 +457,7 @@ def observe(directory: Path, *, run_cli: bool = True, threads: int = 2) -> Obser
 
     # The native kernel.
     try:
-        _, findings = _archive.verify_ledger(str(db), threads=threads)
+        _, findings = _verify.verify_ledger(str(db), threads=threads)
     except LedgerError as e:
         _assert_names_file(e, directory)
     else:

@@ -21,7 +21,7 @@ from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
 from capsem_core.cli.terminal import colour_wanted
 from capsem_core.cli import app as cli_app
-from capsem_core.format import SymlinkRefused
+from capsem_core.errors import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
 
 # --- builders (shared with test_check_archive.py) -------------------------------------------------

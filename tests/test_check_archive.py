@@ -243,7 +243,8 @@ class Flusher:
 @pytest.mark.parametrize("where", ["before the body scan", "between the body and block scans",
                                    "after the block scan", "before verify maps the archive", "everywhere"])
 def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Path, monkeypatch, where: str) -> None:
-    from capsem_core import _archive, _index
+    from capsem_core import index as _index
+    from capsem_core._native import _archive
 
     flush = Flusher(ledger.parent)
     scan_bodies, scan_blocks, verify_bodies = _index.scan_bodies, _index.scan_blocks, _archive.verify_bodies
@@ -441,7 +442,7 @@ def test_a_flipped_segment_hash_fails_that_segments_bodies_with_its_offset(ledge
 
 
 def test_reading_a_body_past_a_damaged_second_segment_names_the_block_and_the_segment(ledger: Path) -> None:
-    from capsem_core.format import IntegrityError
+    from capsem_core.errors import IntegrityError
     from capsem_core.ledger import Ledger
 
     first, _, d1 = blocks(ledger)[0]

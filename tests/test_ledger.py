@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from capsem_core import errors
 from capsem_core import format as fmt
 from capsem_core.ledger import Ledger, delete_ledger
 from capsem_core.writer import Body, LedgerWriter
@@ -62,7 +63,7 @@ def test_bodies_in_archive_order_inflate_each_segment_once(tmp_path: Path) -> No
 def test_a_missing_half_is_refused_by_name(tmp_path: Path) -> None:
     write_ledger(tmp_path)
     (tmp_path / "session.bodies").unlink()
-    with pytest.raises(fmt.LedgerError, match="session.bodies is missing") as info:
+    with pytest.raises(errors.LedgerError, match="session.bodies is missing") as info:
         Ledger(tmp_path)
     assert info.value.path == tmp_path / "session.bodies"
 
@@ -70,7 +71,7 @@ def test_a_missing_half_is_refused_by_name(tmp_path: Path) -> None:
 def test_a_missing_session_db_is_refused_by_name(tmp_path: Path) -> None:
     write_ledger(tmp_path)
     (tmp_path / "session.db").unlink()
-    with pytest.raises(fmt.LedgerError, match="session.db is missing"):
+    with pytest.raises(errors.LedgerError, match="session.db is missing"):
         Ledger(tmp_path)
 
 
@@ -80,7 +81,7 @@ def test_a_symlinked_ledger_file_is_refused(tmp_path: Path) -> None:
     link.mkdir()
     os.symlink(tmp_path / "real" / "session.db", link / "session.db")
     os.symlink(tmp_path / "real" / "session.bodies", link / "session.bodies")
-    with pytest.raises(fmt.SymlinkRefused):
+    with pytest.raises(errors.SymlinkRefused):
         Ledger(link)
 
 
@@ -88,7 +89,7 @@ def test_a_foreign_archive_header_is_refused(tmp_path: Path) -> None:
     write_ledger(tmp_path)
     with open(tmp_path / "session.bodies", "r+b") as f:
         f.write(b"NOTCAPSM")
-    with pytest.raises(fmt.BadFileHeader) as info:
+    with pytest.raises(errors.BadFileHeader) as info:
         Ledger(tmp_path)
     assert "session.bodies" in str(info.value)
 
@@ -98,7 +99,7 @@ def test_an_archive_of_another_version_is_refused(tmp_path: Path) -> None:
     with open(tmp_path / "session.bodies", "r+b") as f:
         f.seek(8)
         f.write(b"\x01\x00")
-    with pytest.raises(fmt.BadFileHeader):
+    with pytest.raises(errors.BadFileHeader):
         Ledger(tmp_path)
 
 
@@ -106,7 +107,7 @@ def test_an_older_schema_is_refused_by_name(tmp_path: Path) -> None:
     write_ledger(tmp_path)
     with sqlite3.connect(tmp_path / "session.db") as conn:
         conn.execute("DROP TABLE transport_schema")
-    with pytest.raises(fmt.SchemaMismatch) as info:
+    with pytest.raises(errors.SchemaMismatch) as info:
         Ledger(tmp_path)
     assert "session.db" in str(info.value)
 
@@ -125,7 +126,7 @@ def test_a_body_whose_index_hash_was_changed_is_refused(tmp_path: Path) -> None:
         conn.execute("UPDATE event_body_blobs SET body_hash = 'blake3:' || printf('%064d', 0) WHERE event_id = ?",
                      (_event_id(3),))
     with Ledger(tmp_path) as ledger:
-        with pytest.raises(fmt.BodyHashMismatch, match="does not match the row that named it"):
+        with pytest.raises(errors.BodyHashMismatch, match="does not match the row that named it"):
             ledger.read_body(_event_id(3), "net_events", "request")
         assert ledger.read_body(_event_id(4), "net_events", "request")
 
@@ -139,7 +140,7 @@ def test_a_flipped_payload_byte_is_never_returned_as_a_body(tmp_path: Path) -> N
         f.seek(inside_first_payload)
         f.write(bytes([b[0] ^ 0x40]))
     with Ledger(tmp_path) as ledger:
-        with pytest.raises(fmt.ArchiveError):
+        with pytest.raises(errors.ArchiveError):
             list(ledger.bodies())
 
 
@@ -164,7 +165,7 @@ def test_a_copy_leaves_the_torn_tail_behind_and_passes_quick_check(tmp_path: Pat
 def test_a_copy_refuses_to_overwrite_an_existing_ledger(tmp_path: Path) -> None:
     write_ledger(tmp_path / "a")
     write_ledger(tmp_path / "b")
-    with Ledger(tmp_path / "a") as ledger, pytest.raises(fmt.LedgerError, match="refusing to overwrite"):
+    with Ledger(tmp_path / "a") as ledger, pytest.raises(errors.LedgerError, match="refusing to overwrite"):
         ledger.copy_to(tmp_path / "b")
 
 
@@ -172,7 +173,7 @@ def test_a_copy_of_a_ledger_whose_archive_is_short_fails_and_leaves_nothing(tmp_
     write_ledger(tmp_path / "a")
     with Ledger(tmp_path / "a") as ledger:
         os.truncate(tmp_path / "a" / "session.bodies", 100)
-        with pytest.raises(fmt.LedgerError, match="index commits"):
+        with pytest.raises(errors.LedgerError, match="index commits"):
             ledger.copy_to(tmp_path / "b")
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == []
 
@@ -201,7 +202,7 @@ def test_delete_removes_the_pair_and_its_sidecars(tmp_path: Path) -> None:
 def test_delete_is_refused_while_a_writer_holds_the_ledger(tmp_path: Path) -> None:
     write_ledger(tmp_path)
     with LedgerWriter(tmp_path):
-        with pytest.raises(fmt.WriterBusy):
+        with pytest.raises(errors.WriterBusy):
             delete_ledger(tmp_path)
     assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
 
@@ -226,10 +227,10 @@ def test_a_text_span_in_the_index_is_a_ledger_error_naming_session_db(tmp_path: 
     with sqlite3.connect(tmp_path / "session.db") as conn:
         conn.execute("UPDATE event_body_blobs SET body_offset = 'abc' WHERE event_id = ?", (_event_id(1),))
     with Ledger(tmp_path) as ledger:
-        with pytest.raises(fmt.LedgerError, match="non-integer span") as info:
+        with pytest.raises(errors.LedgerError, match="non-integer span") as info:
             ledger.read_body(_event_id(1), "net_events", "request")
         assert info.value.path == tmp_path / "session.db"
-        with pytest.raises(fmt.LedgerError, match="non-integer span"):
+        with pytest.raises(errors.LedgerError, match="non-integer span"):
             list(ledger.bodies())
 
 
@@ -263,7 +264,7 @@ def test_close_releases_the_archive_map_and_descriptor_and_later_reads_are_refus
     ledger.close()  # idempotent
     for use in (lambda: ledger.read_body(_event_id(3), "net_events", "request"), lambda: list(ledger.bodies()),
                 ledger.ready, ledger.committed_extent, ledger.verify, lambda: ledger.copy_to(tmp_path / "copy")):
-        with pytest.raises(fmt.LedgerError, match="ledger is closed"):
+        with pytest.raises(errors.LedgerError, match="ledger is closed"):
             use()
     with Ledger(tmp_path) as again:
         assert again.read_body(_event_id(3), "net_events", "request")

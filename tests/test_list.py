@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
-from capsem_core.format import SchemaMismatch, pack_file_header
+from capsem_core.errors import SchemaMismatch
+from capsem_core.format import pack_file_header
 from tests.test_sessions import home, old_main_db, register, write_ledger  # noqa: F401  (home is a fixture)
 
 HEADER = ("ID                                             Created     Dur     Cost    net   tokens   tool     fs  Name")

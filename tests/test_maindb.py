@@ -205,7 +205,7 @@ def test_a_sample_home_main_db_matches_capsems_ddl_column_by_column(tmp_path: Pa
 _ROLLUP_SCRIPT = """
 import argparse, sys
 from capsem_core import sessions as S
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 p = argparse.ArgumentParser(); S.add_rollup_arguments(p)
 try:
     sys.exit(S.run_rollup(p.parse_args(sys.argv[1:])))

@@ -37,11 +37,11 @@ from capsem_core.writer import Body, LedgerWriter
 NOBODY = 65534
 SESSION_ID = "20261201-090000-beef"
 SRC = Path(__file__).resolve().parent.parent / "src" / "capsem_core"
-CEXT = Path(__file__).resolve().parent.parent / "cext"
+NATIVE = SRC / "_native"
 
 LEDGER_SNIPPET = r"""
 import json, sys
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
 try:
     with Ledger(sys.argv[1]) as ledger:
@@ -129,7 +129,7 @@ def nobody_prefix() -> list[str]:
     if setpriv is None:
         pytest.skip("setpriv is missing: cannot run as an unprivileged uid to test permission bits")
     prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    probe = _run([sys.executable, "-c", "import capsem_core._index, capsem_core.ledger"], prefix=prefix)
+    probe = _run([sys.executable, "-c", "import capsem_core._native._index, capsem_core.ledger"], prefix=prefix)
     if probe.returncode != 0:
         pytest.skip(f"uid {NOBODY} cannot import capsem_core from this checkout: {probe.stderr.strip()[-200:]}")
     return prefix
@@ -419,15 +419,15 @@ def test_wal_state_counts_the_current_generation_only(tmp_path):
 # --- (e): one owner of connections --------------------------------------------------------------
 
 def test_every_connection_comes_from_db_py():
-    sources = sorted([*SRC.rglob("*.py"), *CEXT.glob("*.pyx"), *CEXT.glob("*.pxd")])
-    assert SRC / "db.py" in sources and CEXT / "_index.pyx" in sources
+    sources = sorted([*SRC.rglob("*.py"), *NATIVE.rglob("*.pyx"), *NATIVE.rglob("*.pxd")])
+    assert SRC / "db.py" in sources and NATIVE / "index" / "_index.pyx" in sources
     pattern = re.compile(r"sqlite3\s*\.\s*connect\s*\(|\bconnect\s*=\s*sqlite3|from\s+sqlite3\s+import[^\n]*\bconnect\b")
     offenders = [f"{p.relative_to(SRC.parent.parent)}:{n}" for p in sources if p.name != "db.py"
                  for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == [], "open SQLite through capsem_core.db, not sqlite3.connect: " + ", ".join(offenders)
     assert pattern.search((SRC / "db.py").read_text())  # the pattern does find a connect
     # The native scan opens only the URI db.py hands it, with URI parsing on.
-    c_sources = {p.name: p.read_text() for p in CEXT.glob("*.c")}
+    c_sources = {p.name: p.read_text() for p in NATIVE.rglob("*.c")}
     opens = {name: re.findall(r"sqlite3_open\w*\s*\(([^;]*)\)", text) for name, text in c_sources.items()}
     opens = {name: calls for name, calls in opens.items() if calls}
     assert list(opens) == ["index_scan.c"], opens

@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 from tests.reliability_helpers import net_row, run_cli_check, sample_bodies, tree_snapshot, write_fixture
 
-from capsem_core import _archive
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 from capsem_core.check import check_ledger
-from capsem_core.format import WriterBusy
+from capsem_core.errors import WriterBusy
 from capsem_core.ledger import Ledger
 from capsem_core.writer import Body, LedgerWriter
 
@@ -132,7 +133,7 @@ def test_readers_beside_a_live_writer_see_a_consistent_committed_prefix(tmp_path
                     assert n >= last + 1
                 rounds["bodies"] += 1
             elif step == 1:
-                verified, findings = _archive.verify_ledger(str(d / "session.db"))
+                verified, findings = _verify.verify_ledger(str(d / "session.db"))
                 assert not findings, findings[:3]
                 assert verified >= last + 1
                 rounds["verify"] += 1
@@ -193,7 +194,7 @@ def test_a_second_writer_in_another_thread_is_refused_with_writer_busy(tmp_path)
 
 _SECOND_WRITER = r"""
 import sys
-from capsem_core.format import WriterBusy
+from capsem_core.errors import WriterBusy
 from capsem_core.writer import LedgerWriter
 try:
     LedgerWriter(sys.argv[1], lock_timeout=0.2)

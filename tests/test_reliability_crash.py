@@ -30,7 +30,7 @@ import pytest
 from tests.reliability_helpers import net_row, sample_bodies
 
 from capsem_core.check import check_ledger
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
 from capsem_core.writer import Body, LedgerWriter
 

@@ -14,7 +14,9 @@ import pytest
 from blake3 import blake3
 from tests.reliability_helpers import layout, net_row, sql, tree_snapshot, write_tiny
 
-from capsem_core import _index, cli
+from capsem_core import cli
+from capsem_core import index as _index
+from capsem_core import errors
 from capsem_core import format as fmt
 from capsem_core.check import check_ledger
 from capsem_core.ledger import Ledger
@@ -24,7 +26,7 @@ from capsem_core.writer import Body, LedgerWriter
 def test_F1_a_text_body_offset_in_the_index_is_a_ledger_error_not_a_type_error(tmp_path):
     write_tiny(tmp_path)
     sql(tmp_path / "session.db", "UPDATE event_body_blobs SET body_offset = 'abc' WHERE id = 1")
-    with Ledger(tmp_path) as ledger, pytest.raises(fmt.LedgerError):
+    with Ledger(tmp_path) as ledger, pytest.raises(errors.LedgerError):
         ledger.read_body("000000000000", "net_events", "request")
 
 
@@ -82,7 +84,7 @@ def test_F4_verify_bodies_agrees_with_the_reader_on_segments_that_do_not_inflate
     struct.pack_into("<II", data, s2.at + 8, r1, s2.raw_len + 1)
     data[s2.at + 20:s2.at + 52] = blake3(raw[r1:]).digest()
     p.write_bytes(bytes(data))
-    with Ledger(tmp_path) as ledger, pytest.raises(fmt.IntegrityError):
+    with Ledger(tmp_path) as ledger, pytest.raises(errors.IntegrityError):
         ledger.read_body("000000000000", "net_events", "request")
     report = check_ledger(tmp_path / "session.db", verify_bodies=True)
     assert not report.sound

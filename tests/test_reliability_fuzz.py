@@ -42,7 +42,10 @@ from tests.reliability_helpers import (
     write_tiny,
 )
 
-from capsem_core import _archive, format as fmt
+from capsem_core import errors
+from capsem_core import format as fmt
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 from capsem_core.check import check_ledger
 from capsem_core.ledger import Ledger
 from capsem_core.writer import LedgerWriter
@@ -112,8 +115,8 @@ def _quick(directory: Path, want_check: bool) -> tuple[set, set, bool | None]:
     keys = {(r[1], r[2], r[3]) for r in index_rows(directory / "session.db")}
     sound = None
     try:
-        _, findings = _archive.verify_ledger(str(directory / "session.db"), threads=1)
-    except fmt.BadFileHeader as e:
+        _, findings = _verify.verify_ledger(str(directory / "session.db"), threads=1)
+    except errors.BadFileHeader as e:
         assert e.path == directory / "session.bodies"
         findings, keys_bad = [], keys
     else:
@@ -125,9 +128,9 @@ def _quick(directory: Path, want_check: bool) -> tuple[set, set, bool | None]:
                 try:
                     ledger.read_body(*key)
                     good.add(key)
-                except fmt.ArchiveError as e:
+                except errors.ArchiveError as e:
                     assert e.path == directory / "session.bodies"
-    except fmt.BadFileHeader as e:
+    except errors.BadFileHeader as e:
         assert e.path == directory / "session.bodies"
     if want_check or not keys_bad:
         sound = check_ledger(directory / "session.db", verify_bodies=True).sound
@@ -266,9 +269,10 @@ import json, resource, sys
 sys.path.insert(0, sys.argv[1])
 from tests import reliability_helpers as H
 from pathlib import Path
-from capsem_core import _archive
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 from capsem_core.ledger import Ledger
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 
 def run(d):
     out = {}
@@ -287,7 +291,7 @@ def run(d):
                 out["bodies_error"] = type(e).__name__
     except LedgerError as e:
         out["open_error"] = type(e).__name__
-    n, findings = _archive.verify_ledger(str(Path(d) / "session.db"), threads=2)
+    n, findings = _verify.verify_ledger(str(Path(d) / "session.db"), threads=2)
     out["verified"] = n
     out["findings"] = sorted({f.kind for f in findings})
     code, _, err = H.run_cli_check(Path(d) / "session.db")
@@ -347,7 +351,7 @@ def test_a_zero_length_non_final_segment_is_a_bad_segment(tmp_path):
     segments = (_segment(False, 0, 0, b"\x00\x00\xff\xff", blake3(b"").digest())
                 + _segment(True, 0, len(body), _deflate(body, True), blake3(body).digest()))
     install_archive(d, 1, segments, len(body), [(0, len(body))], body)
-    with Ledger(d) as ledger, pytest.raises(fmt.BadSegment) as info:
+    with Ledger(d) as ledger, pytest.raises(errors.BadSegment) as info:
         ledger.read_body(f"{0:012x}", "net_events", "request")
     assert info.value.path == d / "session.bodies" and "bad segment at offset 24" in str(info.value)
     assert not check_ledger(d / "session.db", verify_bodies=True).sound

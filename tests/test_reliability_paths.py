@@ -25,7 +25,7 @@ from tests.reliability_helpers import write_tiny
 
 from capsem_core import sessions
 from capsem_core.check import check_ledger
-from capsem_core.format import LedgerError, SymlinkRefused
+from capsem_core.errors import LedgerError, SymlinkRefused
 from capsem_core.ledger import Ledger
 from capsem_core.writer import LedgerWriter
 

@@ -11,7 +11,7 @@ import pytest
 
 from oracles.archive_reader import archived_bodies, check_index_extents
 from capsem_core import cli, maindb, schema, sessions
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.sample import (
     HomeSummary,
     SampleSummary,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from capsem_core import schema
-from capsem_core.format import LedgerError, SchemaMismatch
+from capsem_core.errors import LedgerError, SchemaMismatch
 
 GOLDEN = Path(__file__).parent / "golden" / "schema_v2_catalog.json"
 HASH = "blake3:" + "ab" * 32

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
-from capsem_core.format import LedgerError, SchemaMismatch, SymlinkRefused, pack_file_header
+from capsem_core.errors import LedgerError, SchemaMismatch, SymlinkRefused
+from capsem_core.format import pack_file_header
 from capsem_core.schema import create_schema
 
 # --- helpers (test_list.py imports these) --------------------------------------------------

@@ -22,7 +22,7 @@ from blake3 import blake3
 
 from oracles import archive_reader as oracle
 from capsem_core import format as fmt
-from capsem_core.format import (
+from capsem_core.errors import (
     BadFileHeader,
     BlockFull,
     BodyTooLarge,

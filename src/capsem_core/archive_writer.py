@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import zstandard
 
 from capsem_core import format as fmt
-from capsem_core._blake3 import digest as _blake3_digest
+from capsem_core._native._blake3 import digest as _blake3_digest
 from capsem_core.format import (
     CODEC_DEFLATE,
     CODEC_NAMES,
@@ -40,12 +40,8 @@ from capsem_core.format import (
     SYNC_FLUSH_TAIL,
     TARGET_BLOCK_BYTES,
     ZSTD_LEVEL,
-    BlockFull,
-    BodyTooLarge,
-    LedgerError,
-    SymlinkRefused,
-    WriterPoisoned,
 )
+from capsem_core.errors import BlockFull, BodyTooLarge, LedgerError, SymlinkRefused, WriterPoisoned
 
 __all__ = ["BodyArchiveWriter", "SegmentWritten", "ZSTD_WINDOW_LOG", "codec_id"]
 

@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from capsem_core import db
-from capsem_core.format import (
-    FILE_HEADER_BYTES,
-    MAX_BLOCK_RAW_BYTES,
+from capsem_core.errors import (
     ArchiveError,
     BadBlockHeader,
     BadSegment,
@@ -37,6 +35,10 @@ from capsem_core.format import (
     SymlinkRefused,
     TruncatedBlock,
     UnsupportedCodec,
+)
+from capsem_core.format import (
+    FILE_HEADER_BYTES,
+    MAX_BLOCK_RAW_BYTES,
     archive_path_for,
     check_file_header,
 )
@@ -344,7 +346,7 @@ def _check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
         return None
     import numpy as np
 
-    from capsem_core import _index
+    from capsem_core import index as _index
 
     # A live writer may commit between any two of the reads below, and each read is its own
     # snapshot. The body index only grows: rows are added (or replaced under new ids) and a
@@ -473,7 +475,7 @@ def _check_block_rows(k_off: Any, k_raw: Any, k_disk: Any, result: CheckResult) 
 def _walk_extents(index: _BodyIndex, sane: Any, bodies_path: Path, result: CheckResult) -> None:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
     at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
-    from capsem_core import _archive
+    from capsem_core._native import _archive
 
     k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
     walked = 0
@@ -746,7 +748,8 @@ def _refuse_other_builds(conn: sqlite3.Connection, db_path: Path) -> None:
 def _verify_bodies(db_path: Path, bodies_path: Path, index: _BodyIndex, result: CheckResult,
                    progress: ProgressCallback | None) -> None:
     """Every body read back through its segments' hashes and its own (the native kernel)."""
-    from capsem_core import _archive
+    from capsem_core import verify as _verify
+    from capsem_core._native import _archive
 
     bodies = index.bodies
     total = int(len(bodies["id"]))
@@ -761,7 +764,7 @@ def _verify_bodies(db_path: Path, bodies_path: Path, index: _BodyIndex, result: 
     finally:
         if end is not None:
             end()
-    failures = _archive.findings_of(outcome, bodies, db_path)
+    failures = _verify.findings_of(outcome, bodies, db_path)
     result.counts["verified"] = total - len(failures)
     for f in failures:
         location = {"event_id": f.event_id, "source_table": f.source_table, "direction": f.direction,

@@ -44,7 +44,7 @@ import struct
 import urllib.parse
 from dataclasses import dataclass
 
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 
 # One busy timeout for every SQLite file (session.db and main.db, readers and the writer,
 # Python and the native scan). A reader of a WAL database waits only while a writer runs

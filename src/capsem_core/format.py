@@ -1,9 +1,11 @@
-"""The on-disk format of ``session.bodies`` (archive format version 2) and its errors.
+"""The on-disk format of ``session.bodies`` (archive format version 2).
 
-This module owns the constants, the byte layout of the file, block and segment headers
-(packing for the writer, bounds for everyone) and the exception hierarchy every other
-module raises. The native reader in ``cext/`` mirrors these constants; a test checks
-that the two agree.
+This module gives the constants, the byte layout of the file, block and segment headers
+(packing for the writer, bounds for everyone). The format constants are defined once, in
+the native headers (``_native/archive/archive_format.h``), and read here from the native
+archive module; tests/native/test_module_attributes.py checks them against the format's
+reference facts. The exceptions live in ``capsem_core.errors`` (re-exported here for
+callers that still import them from this module).
 """
 
 from __future__ import annotations
@@ -13,114 +15,58 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-FILE_MAGIC = b"CAPSEMBL"
-FORMAT_VERSION = 2
-FILE_HEADER_BYTES = 16
-BLOCK_MAGIC = b"BLK2"
-BLOCK_HEADER_BYTES = 8
-SEGMENT_MAGIC = b"SGMT"
-SEGMENT_HEADER_BYTES = 52
-SEGMENT_FINAL = 0x01
+from capsem_core._native._archive import (
+    BLOCK_HEADER_BYTES,
+    BLOCK_MAGIC,
+    BODY_HASH_PREFIX,
+    CODEC_DEFLATE,
+    # Codec 2 is this project's extension: one zstd stream per block, flushed (ZSTD_e_flush)
+    # at each segment end and ended (ZSTD_e_end) by the FINAL segment. Capsem itself reads
+    # only codec 1, so zstd ledgers are opt-in.
+    CODEC_ZSTD,
+    FILE_HEADER_BYTES,
+    FILE_MAGIC,
+    FORMAT_VERSION,
+    MAX_BLOCK_RAW_BYTES,
+    MAX_SEGMENT_EXPANSION,
+    SEGMENT_FINAL,
+    SEGMENT_HEADER_BYTES,
+    SEGMENT_MAGIC,
+    SYNC_FLUSH_TAIL,
+)
+from capsem_core.errors import (  # noqa: F401  (re-exported: the public home is capsem_core.errors)
+    ArchiveError,
+    BadBlockHeader,
+    BadFileHeader,
+    BadSegment,
+    BlockFull,
+    BodyHashMismatch,
+    BodyTooLarge,
+    InflateError,
+    IntegrityError,
+    LedgerError,
+    RefOutOfRange,
+    RowRejected,
+    SchemaMismatch,
+    SymlinkRefused,
+    TruncatedBlock,
+    UnsupportedCodec,
+    WriterBusy,
+    WriterPoisoned,
+)
 
-CODEC_DEFLATE = 1
-# Codec 2 is this project's extension: one zstd stream per block, flushed (ZSTD_e_flush)
-# at each segment end and ended (ZSTD_e_end) by the FINAL segment. Capsem itself reads
-# only codec 1, so zstd ledgers are opt-in.
-CODEC_ZSTD = 2
 CODEC_NAMES = {CODEC_DEFLATE: "deflate", CODEC_ZSTD: "zstd"}
 
-SYNC_FLUSH_TAIL = b"\x00\x00\xff\xff"
 TARGET_BLOCK_BYTES = 1 << 20
-MAX_BLOCK_RAW_BYTES = 16 << 20
-MAX_SEGMENT_EXPANSION = 64 << 10
 DEFLATE_LEVEL = 6
 ZSTD_LEVEL = 3
 MAX_BODY_BLOB_BYTES = 10 << 20
 MIN_ARCHIVE_DEDUP_BYTES = 512
 MAX_BLOCK_AGE_SECONDS = 3600
 
-BODY_HASH_PREFIX = "blake3:"
-
 _FILE_HEADER = struct.Struct("<8sHHI")
 _BLOCK_HEADER = struct.Struct("<4sBBH")
 _SEGMENT_HEADER = struct.Struct("<4sB3sIII32s")
-
-
-class LedgerError(Exception):
-    """Anything wrong with a ledger. ``path`` names the file the problem is in."""
-
-    def __init__(self, message: str, path: os.PathLike[str] | str | None = None):
-        self.path = None if path is None else Path(path)
-        self.detail = message
-        super().__init__(f"{self.path}: {message}" if self.path is not None else message)
-
-
-class ArchiveError(LedgerError):
-    """``session.bodies`` does not hold what its index says (Capsem's ArchiveError kinds)."""
-
-
-class BadFileHeader(ArchiveError):
-    pass
-
-
-class BadBlockHeader(ArchiveError):
-    pass
-
-
-class UnsupportedCodec(ArchiveError):
-    pass
-
-
-class BadSegment(ArchiveError):
-    pass
-
-
-class IntegrityError(ArchiveError):
-    pass
-
-
-class InflateError(ArchiveError):
-    pass
-
-
-class TruncatedBlock(ArchiveError):
-    pass
-
-
-class RefOutOfRange(ArchiveError):
-    pass
-
-
-class BodyHashMismatch(ArchiveError):
-    """The bytes a row names hash to something other than its ``body_hash``."""
-
-
-class SymlinkRefused(LedgerError):
-    pass
-
-
-class SchemaMismatch(LedgerError):
-    """``session.db`` was written by another build: no migrations, so it is refused."""
-
-
-class WriterBusy(LedgerError):
-    """The ledger already has a writer."""
-
-
-class WriterPoisoned(LedgerError):
-    """An earlier partial write leaves the writer unable to vouch for the file's end."""
-
-
-class BodyTooLarge(LedgerError):
-    pass
-
-
-class BlockFull(LedgerError):
-    pass
-
-
-class RowRejected(LedgerError):
-    """session.db's constraints refused rows a writer was given; they were dropped, the rest kept."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,16 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsem_core import _archive, _blake3, db, schema
-from capsem_core.format import (
-    BODY_HASH_PREFIX,
-    FILE_HEADER_BYTES,
-    BodyHashMismatch,
-    LedgerError,
-    SymlinkRefused,
-    WriterBusy,
-    archive_path_for,
-)
+from capsem_core import db, schema
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
+from capsem_core.errors import LedgerError, SymlinkRefused, WriterBusy
+from capsem_core.format import FILE_HEADER_BYTES, archive_path_for
 
 DB_NAME = "session.db"
 BODIES_NAME = "session.bodies"
@@ -173,13 +168,9 @@ class Ledger:
             fresh = _archive.ArchiveReader(str(self.bodies_path))
             self._archive.close()  # its map and descriptor name the replaced file
             self._archive = fresh
-        data = self._archive.read(block_offset, body_offset, body_len)
-        got = BODY_HASH_PREFIX + _blake3.hexdigest(data)
-        if got != body_hash:
-            raise BodyHashMismatch(
-                f"archived body of {event_id} does not match the row that named it: "
-                f"index says {body_hash}, bytes hash to {got}", self.bodies_path)
-        return data
+        # One native call: read, inflate, check the segment hashes and the body hash (the row's
+        # text parsed once into its digest; a malformed text matches no bytes).
+        return self._archive.read_verified(block_offset, body_offset, body_len, body_hash, event_id)
 
     def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
         """The verified bytes of one body (segment hashes and the body hash checked).
@@ -243,7 +234,7 @@ class Ledger:
         block once. Raises LedgerError when the index cannot be read or the ledger is closed.
         """
         self._live()
-        return _archive.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress)
+        return _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress, conn=self._conn)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block.

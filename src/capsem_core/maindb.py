@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from capsem_core import db
-from capsem_core.format import LedgerError, SchemaMismatch, SymlinkRefused
+from capsem_core.errors import LedgerError, SchemaMismatch, SymlinkRefused
 
 # The version Capsem's session index stamps. Written on creation only; never checked.
 MAIN_DB_VERSION = 7

@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-from capsem_core.format import LedgerError, SymlinkRefused
+from capsem_core.errors import LedgerError, SymlinkRefused
 
 SESSION_DB = "session.db"
 SESSION_BODIES = "session.bodies"

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capsem_core import db as _db
-from capsem_core._blake3 import hexdigest as _b3hex
-from capsem_core.format import LedgerError
+from capsem_core._native._blake3 import hexdigest as _b3hex
+from capsem_core.errors import LedgerError
 from capsem_core.writer import Body, LedgerWriter
 from capsem_core.writer import ledger_timestamp as ledger_time
 from capsem_core.cli.terminal import sanitize

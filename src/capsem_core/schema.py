@@ -25,7 +25,7 @@ import sqlite3
 from functools import lru_cache
 from typing import Iterable
 
-from capsem_core.format import LedgerError, SchemaMismatch
+from capsem_core.errors import LedgerError, SchemaMismatch
 
 # --- vocabularies -------------------------------------------------------------------------
 

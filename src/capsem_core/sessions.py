@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from capsem_core import vmnames
-from capsem_core.format import LedgerError, SymlinkRefused
+from capsem_core.errors import LedgerError, SymlinkRefused
 from capsem_core.maindb import (  # noqa: F401  (the public main.db API, re-exported)
     CREATED_AT_COLUMN, DOCTOR_COLUMNS, ID_COLUMN, LIST_COLUMNS, MAIN_DB_DDL, MAIN_DB_VERSION,
     SESSION_COLUMNS, SessionRow, SessionTotals, create_main_db, insert_session, latest_session_id,

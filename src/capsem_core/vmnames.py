@@ -103,7 +103,7 @@ def link_name(main_db: os.PathLike[str] | str, name: str, session_id: str) -> No
     id needs no link and is not written). Any older link of that name or that id is replaced."""
     if name == session_id:
         return
-    from capsem_core.format import LedgerError
+    from capsem_core.errors import LedgerError
 
     path = sidecar_path(main_db)
     try:

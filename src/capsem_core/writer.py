@@ -31,16 +31,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from capsem_core import db
 from capsem_core import format as fmt
-from capsem_core._blake3 import digest as _blake3_digest
+from capsem_core._native._blake3 import digest as _blake3_digest
 from capsem_core.archive_writer import ZSTD_WINDOW_LOG, BodyArchiveWriter  # noqa: F401 - re-exported
 from capsem_core.archive_writer import SegmentWritten, codec_id
-from capsem_core.format import (
-    CODEC_NAMES,
-    BlockFull,
-    LedgerError,
-    SymlinkRefused,
-    WriterBusy,
-)
+from capsem_core.format import CODEC_NAMES
+from capsem_core.errors import BlockFull, LedgerError, SymlinkRefused, WriterBusy
 
 __all__ = [
     "Body",

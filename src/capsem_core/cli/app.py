@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from capsem_core.format import LedgerError
+from capsem_core.errors import LedgerError
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import sanitize
 

@@ -3,7 +3,9 @@
 
 Rows go from sqlite3_step straight into numpy arrays (no Python object per row, the GIL
 released while stepping), inside one read transaction on a read-only connection. The
-module links the same libsqlite3 as the interpreter's sqlite3 module.
+module links the same libsqlite3 as the interpreter's sqlite3 module. It opens what it is
+given: the URI and busy timeout (the Python layer's connection policy chooses them), and
+imports nothing from the Python layer.
 """
 
 import os
@@ -13,8 +15,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from capsem_core import db as _db
-from capsem_core import format as _fmt
+from capsem_core._native import _errors
 
 cnp.import_array()
 
@@ -22,6 +23,13 @@ cdef extern from "sqlite3.h" nogil:
     const char *sqlite3_libversion()
     const char *sqlite3_sourceid()
     int SQLITE_OK
+
+cdef extern from "body_hash.h" nogil:
+    int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
+
+cdef extern from "status.h" nogil:
+    int CAPSEM_R_INDEX_OPEN
+    int CAPSEM_R_INDEX_READ
 
 cdef extern from "index_scan.h" nogil:
     ctypedef struct capsem_index:
@@ -44,7 +52,7 @@ cdef extern from "index_scan.h" nogil:
                                  size_t *filled, int *done, char *err, size_t errlen)
     int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap,
                                  size_t *filled, int *done, char *err, size_t errlen)
-    int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
+    int capsem_index_rowid_shadowed(capsem_index *ix, const char *table, int *shadowed, char *err, size_t errlen)
     int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty,
                                   char *err, size_t errlen)
     int CAPSEM_INDEX_MAX_THREADS
@@ -69,35 +77,29 @@ def sqlite_source_id():
     return sqlite3_sourceid().decode()
 
 
-cdef object _index_error(path, const char *what, char *err):
-    return _fmt.LedgerError(f"cannot {what.decode()} the body index: {err.decode('utf-8', 'replace')}", path)
+cdef object _index_error(path, int code, char *err):
+    return _errors.error(code, path, detail=err.decode("utf-8", "replace"))
 
 
 cdef class _Scan:
     """One read transaction on session.db (closed on exit), opened with the URI and busy
-    timeout capsem_core.db chooses for it (the same read-only decision as every Python
-    connection)."""
+    timeout the caller chose (the same read-only decision as every Python connection). ``path`` names the database in errors."""
     cdef capsem_index *ix
     cdef object path
     cdef bytes curi
     cdef char err[256]
 
-    def __cinit__(self, path, plan=None):
+    def __cinit__(self, str uri, int busy_ms, path):
         self.ix = NULL
-        self.path = os.fsdecode(os.fspath(path))
+        self.path = path
         self.err[0] = 0
         cdef int rc
-        cdef int busy_ms = _db.busy_timeout_ms()
-        if not os.path.isfile(self.path):
-            raise _fmt.LedgerError("cannot open the body index: no such file", self.path)
-        # A caller that reports an unread -wal itself (check) passes its plan; otherwise
-        # a -wal whose commits this plan would miss is refused, naming it.
-        self.curi = (plan if plan is not None else _db.complete_plan(self.path)).uri.encode()
+        self.curi = uri.encode()
         cdef const char *p = self.curi
         with nogil:
             rc = capsem_index_open(p, busy_ms, &self.ix, self.err, sizeof(self.err))
         if rc != SQLITE_OK:
-            raise _index_error(self.path, b"open", self.err)
+            raise _index_error(self.path, CAPSEM_R_INDEX_OPEN, self.err)
 
     def __dealloc__(self):
         if self.ix != NULL:
@@ -110,7 +112,7 @@ cdef class _Scan:
         with nogil:
             rc = capsem_index_count(self.ix, table, &n, self.err, sizeof(self.err))
         if rc != SQLITE_OK:
-            raise _index_error(self.path, b"read", self.err)
+            raise _index_error(self.path, CAPSEM_R_INDEX_READ, self.err)
         return n if n > 0 else 0
 
 
@@ -164,7 +166,7 @@ cdef dict _scan_sequential(_Scan scan, size_t count):
         with nogil:
             rc = capsem_index_fill_bodies(scan.ix, &rows, filled, cap, &filled, &done, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
-            raise _index_error(scan.path, b"read", scan.err)
+            raise _index_error(scan.path, CAPSEM_R_INDEX_READ, scan.err)
         if done:
             break
         # Only if the snapshot held more rows than COUNT(*) said (it cannot, in one
@@ -206,7 +208,7 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
         if rc != SQLITE_OK:
             for k in range(n):
                 if ranges[k].rc != SQLITE_OK:
-                    raise _index_error(scan.path, b"read", ranges[k].err)
+                    raise _index_error(scan.path, CAPSEM_R_INDEX_READ, ranges[k].err)
         if all(ranges[k].filled == ranges[k].cap for k in range(n)):
             return arrays
         keep = np.concatenate([np.arange(ranges[k].start, ranges[k].start + ranges[k].filled, dtype=np.intp)
@@ -216,10 +218,12 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
         free(ranges)
 
 
-def scan_bodies(db_path, *, int threads=0, plan=None):
-    """Every event_body_blobs row in archive order as arrays: id, block_offset, body_offset,
-    body_len (int64), digest ((n, 32) uint8, decoded from body_hash) and hash_ok (bool:
-    False where body_hash is not "blake3:" + 64 lower-case hex digits).
+def scan_bodies(str uri, *, int busy_ms, path=None, int threads=0):
+    """Every event_body_blobs row of the database at ``uri`` (an SQLite URI) in archive order
+    as arrays: id, block_offset, body_offset, body_len (int64), digest ((n, 32) uint8,
+    decoded from body_hash) and hash_ok (bool: False where body_hash is not "blake3:" + 64
+    lower-case hex digits). ``busy_ms`` is the busy timeout of every connection; ``path``
+    names the database in errors.
 
     threads: how many readers scan rowid ranges at once, each on its own thread and
     read-only connection (0: one per core; at least PARALLEL_MIN_ROWS rows per reader).
@@ -228,17 +232,13 @@ def scan_bodies(db_path, *, int threads=0, plan=None):
     body index is append-only (new rows take larger rowids), so every range reads the
     first snapshot's rows (an index rewritten in place while it is scanned could mix
     snapshots; a ledger's never is). Rowids spread over more than twice the row count
-    (hand-edited or hostile indexes) are scanned on one connection, so the arrays are
-    never sized by the rowid span.
-
-    plan: the capsem_core.db.ReadPlan to open with (default: db.complete_plan(db_path),
-    which refuses a -wal whose commits it cannot read)."""
-    if plan is None:
-        plan = _db.complete_plan(os.fsdecode(os.fspath(db_path)))
-    cdef _Scan scan = _Scan(db_path, plan)
+    (hand-edited or hostile indexes), or a column declared under a rowid alias, are scanned
+    on one connection, so the arrays are never sized by the rowid span."""
+    cdef _Scan scan = _Scan(uri, busy_ms, path)
     cdef size_t count = <size_t>scan.count(b"event_body_blobs")
     cdef int64_t lo = 0, hi = 0
     cdef int empty = 0
+    cdef int shadowed = 0
     cdef int rc = 0
     cdef int n = threads if threads > 0 else _cores()
     n = min(n, CAPSEM_INDEX_MAX_THREADS, max(1, <int>(count // (PARALLEL_MIN_ROWS or 1))))
@@ -247,26 +247,18 @@ def scan_bodies(db_path, *, int threads=0, plan=None):
         with nogil:
             rc = capsem_index_rowid_bounds(scan.ix, b"event_body_blobs", &lo, &hi, &empty, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
-            raise _index_error(scan.path, b"read", scan.err)
-        if not empty and int(hi) - int(lo) + 1 <= 2 * count and not _rowid_shadowed(scan.path, plan):
-            out = _scan_parallel(scan, count, lo, hi, n)
+            raise _index_error(scan.path, CAPSEM_R_INDEX_READ, scan.err)
+        if not empty and int(hi) - int(lo) + 1 <= 2 * count:
+            with nogil:
+                rc = capsem_index_rowid_shadowed(scan.ix, b"event_body_blobs", &shadowed, scan.err, sizeof(scan.err))
+            if rc != SQLITE_OK:
+                raise _index_error(scan.path, CAPSEM_R_INDEX_READ, scan.err)
+            if not shadowed:
+                out = _scan_parallel(scan, count, lo, hi, n)
     if out is None:
         out = _scan_sequential(scan, count)
     out["hash_ok"] = out["hash_ok"].view(np.bool_)
     return _archive_order(out)
-
-
-def _rowid_shadowed(path, plan):
-    """True when event_body_blobs declares a column named rowid, _rowid_ or oid (a hostile
-    index): those names would then no longer mean the rowid the ranges are cut by, so the
-    scan stays on one connection, where every row is read whatever its rowid."""
-    # The scan's own plan: an unread -wal was refused or is reported by the caller.
-    con = _db.connect_readonly(os.fsdecode(os.fspath(path)), plan=plan, allow_unread_wal=True)
-    try:
-        names = {str(r[1]).lower() for r in con.execute("PRAGMA table_info(event_body_blobs)")}
-    finally:
-        con.close()
-    return bool(names & {"rowid", "_rowid_", "oid"})
 
 
 def _archive_order(dict rows):
@@ -289,10 +281,10 @@ def _archive_order(dict rows):
     return {k: np.take(v, order, axis=0) for k, v in rows.items()}
 
 
-def scan_blocks(db_path, *, plan=None):
+def scan_blocks(str uri, *, int busy_ms, path=None):
     """Every body_blocks row ordered by block_offset: block_offset, raw_len, disk_len (int64).
-    plan: as for scan_bodies."""
-    cdef _Scan scan = _Scan(db_path, plan)
+    uri, busy_ms, path: as for scan_bodies."""
+    cdef _Scan scan = _Scan(uri, busy_ms, path)
     cdef size_t cap = <size_t>scan.count(b"body_blocks") + 1
     cdef size_t filled = 0
     cdef int done = 0
@@ -308,7 +300,7 @@ def scan_blocks(db_path, *, plan=None):
         with nogil:
             rc = capsem_index_fill_blocks(scan.ix, &rows, filled, cap, &filled, &done, scan.err, sizeof(scan.err))
         if rc != SQLITE_OK:
-            raise _index_error(scan.path, b"read", scan.err)
+            raise _index_error(scan.path, CAPSEM_R_INDEX_READ, scan.err)
         if done:
             break
         arrays = _grow(arrays, max(cap * 2, 1024))

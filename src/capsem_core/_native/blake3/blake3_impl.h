@@ -65,6 +65,7 @@ typedef struct {
 } capsem_blake3_kernels;
 
 extern const capsem_blake3_kernels capsem_blake3_portable_kernels;
+/* x86/ only (CAPSEM_HAVE_X86_SIMD): */
 extern const capsem_blake3_kernels capsem_blake3_sse41_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx2_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx512_kernels;

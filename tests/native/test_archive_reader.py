@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from capsem_core import errors
 from capsem_core import format as fmt
-from capsem_core._archive import LIMITS, ArchiveReader
+from capsem_core._native._archive import LIMITS, ArchiveReader
 from capsem_core.writer import BodyArchiveWriter
 
 CODECS = ["deflate", "zstd"]
@@ -130,14 +131,14 @@ def test_a_span_past_an_open_block_is_truncated_then_out_of_range_once_closed(ar
     w.sync()
     r = ArchiveReader(archive)
     past = (good[0], good[1] + good[2], 10)
-    with pytest.raises(fmt.TruncatedBlock, match="is truncated: the file ends inside its payload") as exc:
+    with pytest.raises(errors.TruncatedBlock, match="is truncated: the file ends inside its payload") as exc:
         r.read(*past)
     assert exc.value.path == archive
     assert r.read(*good) == b"good" * 50  # nothing stale after the failed read
     w.close_block()
     w.sync()
     w.close()
-    with pytest.raises(fmt.RefOutOfRange, match="body reference out of range for its block"):
+    with pytest.raises(errors.RefOutOfRange, match="body reference out of range for its block"):
         r.read(*past)
     assert r.read(*good) == b"good" * 50
 
@@ -145,11 +146,11 @@ def test_a_span_past_an_open_block_is_truncated_then_out_of_range_once_closed(ar
 def test_the_largest_u32_span_is_out_of_range_before_any_io(archive):
     refs, _ = write_block(archive, [100])
     r = ArchiveReader(archive)
-    with pytest.raises(fmt.RefOutOfRange):
+    with pytest.raises(errors.RefOutOfRange):
         r.read(refs[0][0], 2**32 - 1, 2**32 - 1)
-    with pytest.raises(fmt.RefOutOfRange):
+    with pytest.raises(errors.RefOutOfRange):
         r.read(refs[0][0], 0, fmt.MAX_BLOCK_RAW_BYTES + 1)
-    with pytest.raises(fmt.RefOutOfRange):
+    with pytest.raises(errors.RefOutOfRange):
         r.read(refs[0][0], -1, 5)
     assert r.blocks_inflated == 0
 
@@ -158,7 +159,7 @@ def test_the_largest_u32_span_is_out_of_range_before_any_io(archive):
 def test_an_offset_that_is_not_a_block_start_is_a_bad_block_header(archive, offset):
     write_block(archive, [100])
     r = ArchiveReader(archive)
-    with pytest.raises(fmt.BadBlockHeader, match="bad block header at offset"):
+    with pytest.raises(errors.BadBlockHeader, match="bad block header at offset"):
         r.read(offset, 0, 10)
 
 
@@ -167,12 +168,12 @@ def test_unknown_codec_and_nonzero_block_flags_are_unsupported(archive):
     data = bytearray(archive.read_bytes())
     data[16 + 4] = 3
     archive.write_bytes(bytes(data))
-    with pytest.raises(fmt.UnsupportedCodec, match="block at offset 16 uses unsupported codec 3"):
+    with pytest.raises(errors.UnsupportedCodec, match="block at offset 16 uses unsupported codec 3"):
         ArchiveReader(archive).read(*refs[0])
     data[16 + 4] = 1
     data[16 + 5] = 0x80
     archive.write_bytes(bytes(data))
-    with pytest.raises(fmt.UnsupportedCodec):
+    with pytest.raises(errors.UnsupportedCodec):
         ArchiveReader(archive).read(*refs[0])
 
 
@@ -198,7 +199,7 @@ def test_flipping_one_byte_of_segment_k_breaks_exactly_the_bodies_needing_k_or_l
                 if i < k:
                     assert r.read(*ref) == data
                 else:
-                    with pytest.raises(fmt.ArchiveError):
+                    with pytest.raises(errors.ArchiveError):
                         r.read(*ref)
 
 
@@ -210,12 +211,12 @@ def test_a_zero_length_non_final_segment_and_a_missing_sync_tail_are_bad_segment
     missing_tail = bytearray(data)
     missing_tail[seg0 + SEG + comp_len - 1] = 0xFE
     archive.write_bytes(bytes(missing_tail))
-    with pytest.raises(fmt.BadSegment, match=f"bad segment at offset {seg0}"):
+    with pytest.raises(errors.BadSegment, match=f"bad segment at offset {seg0}"):
         ArchiveReader(archive).read(*refs[0])
     empty = bytearray(data)
     struct.pack_into("<I", empty, seg0 + 12, 0)
     archive.write_bytes(bytes(empty))
-    with pytest.raises(fmt.BadSegment):
+    with pytest.raises(errors.BadSegment):
         ArchiveReader(archive).read(*refs[0])
 
 
@@ -228,16 +229,16 @@ def _hostile(path: Path, *, raw_start=0, raw_len=100, comp_len=None, flags=0, pa
 
 
 @pytest.mark.parametrize("fields, error", [
-    (dict(raw_len=2**32 - 1), fmt.BadSegment),
-    (dict(raw_len=2**32 - 1, flags=1), fmt.BadSegment),
-    (dict(comp_len=2**32 - 1), fmt.BadSegment),
-    (dict(raw_len=fmt.MAX_BLOCK_RAW_BYTES, comp_len=2**32 - 1, flags=1), fmt.BadSegment),
-    (dict(raw_start=2**32 - 1), fmt.BadSegment),
-    (dict(raw_len=fmt.MAX_BLOCK_RAW_BYTES, comp_len=fmt.MAX_BLOCK_RAW_BYTES + 65536, flags=1), fmt.TruncatedBlock),
-    (dict(flags=0x02), fmt.BadSegment),
-    (dict(raw_len=0), fmt.BadSegment),
-    (dict(flags=1, payload=b"\xff" * 40), fmt.InflateError),
-    (dict(flags=1, codec=2, payload=b"\x28\xb5\x2f\xfd\x00\x58" + b"\0" * 20), fmt.ArchiveError),
+    (dict(raw_len=2**32 - 1), errors.BadSegment),
+    (dict(raw_len=2**32 - 1, flags=1), errors.BadSegment),
+    (dict(comp_len=2**32 - 1), errors.BadSegment),
+    (dict(raw_len=fmt.MAX_BLOCK_RAW_BYTES, comp_len=2**32 - 1, flags=1), errors.BadSegment),
+    (dict(raw_start=2**32 - 1), errors.BadSegment),
+    (dict(raw_len=fmt.MAX_BLOCK_RAW_BYTES, comp_len=fmt.MAX_BLOCK_RAW_BYTES + 65536, flags=1), errors.TruncatedBlock),
+    (dict(flags=0x02), errors.BadSegment),
+    (dict(raw_len=0), errors.BadSegment),
+    (dict(flags=1, payload=b"\xff" * 40), errors.InflateError),
+    (dict(flags=1, codec=2, payload=b"\x28\xb5\x2f\xfd\x00\x58" + b"\0" * 20), errors.ArchiveError),
 ])
 def test_hostile_segment_headers_are_refused_with_bounded_memory(archive, fields, error):
     _hostile(archive, **fields)
@@ -258,7 +259,7 @@ def test_a_deflate_bomb_stops_one_byte_past_the_declared_length(archive):
     seg = fmt.pack_segment_header(True, 0, 1000, len(payload), blake3.blake3(b"\0" * 1000).digest())
     archive.write_bytes(head + seg + payload)
     before = vm_rss_kib()
-    with pytest.raises(fmt.IntegrityError, match="inflates to more than 1000 bytes"):
+    with pytest.raises(errors.IntegrityError, match="inflates to more than 1000 bytes"):
         ArchiveReader(archive).read(16, 0, 10)
     assert vm_rss_kib() - before < 8 * 1024
 
@@ -272,7 +273,7 @@ def test_a_deflate_bomb_stops_one_byte_past_the_declared_length(archive):
 ])
 def test_a_foreign_short_or_other_version_header_is_refused_naming_the_file(archive, content, why):
     archive.write_bytes(content)
-    with pytest.raises(fmt.BadFileHeader, match=why) as exc:
+    with pytest.raises(errors.BadFileHeader, match=why) as exc:
         ArchiveReader(archive)
     assert str(archive) in str(exc.value)
 
@@ -281,11 +282,11 @@ def test_a_symlink_a_directory_and_a_missing_path_are_refused(tmp_path, archive)
     write_block(archive, [10])
     link = tmp_path / "link.bodies"
     link.symlink_to(archive)
-    with pytest.raises(fmt.SymlinkRefused, match="archive path is a symlink"):
+    with pytest.raises(errors.SymlinkRefused, match="archive path is a symlink"):
         ArchiveReader(link)
-    with pytest.raises(fmt.ArchiveError, match="not a regular file"):
+    with pytest.raises(errors.ArchiveError, match="not a regular file"):
         ArchiveReader(tmp_path)
-    with pytest.raises(fmt.ArchiveError, match="io: No such file"):
+    with pytest.raises(errors.ArchiveError, match="io: No such file"):
         ArchiveReader(tmp_path / "missing.bodies")
 
 
@@ -306,8 +307,29 @@ def test_read_verified_refuses_bytes_that_do_not_match_the_digest(archive):
     refs, bodies = write_block(archive, [100])
     r = ArchiveReader(archive)
     assert r.read_verified(*refs[0], blake3.blake3(bodies[0]).digest()) == bodies[0]
-    with pytest.raises(fmt.BodyHashMismatch, match="does not match the row that named it"):
+    with pytest.raises(errors.BodyHashMismatch, match="does not match the row that named it"):
         r.read_verified(*refs[0], bytes(32))
+
+
+def test_read_verified_takes_the_row_s_body_hash_text_and_names_the_body(archive):
+    import blake3
+    refs, bodies = write_block(archive, [100, 50])
+    r = ArchiveReader(archive)
+    good = "blake3:" + blake3.blake3(bodies[0]).hexdigest()
+    assert r.read_verified(*refs[0], good, "ev0") == bodies[0]
+    got = "blake3:" + blake3.blake3(bodies[1]).hexdigest()
+    with pytest.raises(errors.BodyHashMismatch) as wrong:
+        r.read_verified(*refs[1], good, "ev1")
+    assert wrong.value.detail == (f"archived body of ev1 does not match the row that named it: "
+                                  f"index says {good}, bytes hash to {got}")
+    assert wrong.value.path == archive
+    # A malformed text (upper-case hex here) matches no bytes, and is quoted as the row has it.
+    upper = "blake3:" + blake3.blake3(bodies[1]).hexdigest().upper()
+    with pytest.raises(errors.BodyHashMismatch, match=f"index says {upper}, bytes hash to {got}"):
+        r.read_verified(*refs[1], upper, "ev1")
+    # Archive errors come before the hash: a span past the block is out of range.
+    with pytest.raises(errors.RefOutOfRange):
+        r.read_verified(refs[0][0], 0, 17 << 20, good)
 
 
 def test_a_reader_follows_a_writer_appending_to_the_same_open_block(archive):
@@ -351,7 +373,7 @@ def test_every_truncation_keeps_exactly_the_completely_written_bodies(tmp_path, 
                 if end <= length:
                     assert r.read(*ref) == data
                 else:
-                    with pytest.raises(fmt.ArchiveError):
+                    with pytest.raises(errors.ArchiveError):
                         r.read(*ref)
 
 
@@ -371,13 +393,13 @@ def test_an_extent_off_a_segment_boundary_is_refused(archive):
     disk_len = size - 16
     r = ArchiveReader(archive)
     for bad in (disk_len - 1, 3, 8, 8 + SEG, segment_offsets(archive)[1] - 16 + 1):
-        with pytest.raises((fmt.BadSegment, fmt.TruncatedBlock)):
+        with pytest.raises((errors.BadSegment, errors.TruncatedBlock)):
             r.walk_extent(16, bad)
-    with pytest.raises((fmt.BadSegment, fmt.TruncatedBlock)):
+    with pytest.raises((errors.BadSegment, errors.TruncatedBlock)):
         r.walk_extent(16, disk_len + 1)
-    with pytest.raises(fmt.BadBlockHeader):
+    with pytest.raises(errors.BadBlockHeader):
         r.walk_extent(19, 100)
-    with pytest.raises(fmt.BadBlockHeader):
+    with pytest.raises(errors.BadBlockHeader):
         r.walk_extent(size + 100, 100)
 
 
@@ -387,7 +409,7 @@ def test_a_segment_after_the_final_one_is_refused_by_the_walk(archive):
     import blake3
     stray = fmt.pack_segment_header(True, 100, 0, 2, blake3.blake3(b"").digest()) + b"\x03\x00"
     archive.write_bytes(final_only + stray)
-    with pytest.raises(fmt.BadSegment, match="follows the FINAL one"):
+    with pytest.raises(errors.BadSegment, match="follows the FINAL one"):
         ArchiveReader(archive).walk_extent(16, len(final_only) - 16 + len(stray))
 
 
@@ -402,7 +424,10 @@ def test_one_reader_is_not_shared_between_threads_it_is_closed_cleanly(archive):
 _SHRINK_SCRIPT = r"""
 import os, sys, threading, random
 from pathlib import Path
-from capsem_core import _archive, format as fmt
+from capsem_core import errors
+from capsem_core import format as fmt
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 from capsem_core.writer import Body, LedgerWriter
 
 root = Path(sys.argv[1])
@@ -424,7 +449,7 @@ for call in (lambda: reader.read(16, 0, 100), lambda: reader.walk_extent(16, 100
     try:
         call()
         raise SystemExit("a read past the new end of the file returned bytes")
-    except fmt.ArchiveError as exc:
+    except errors.ArchiveError as exc:
         assert str(bodies) in str(exc), exc
 reader.close()
 
@@ -434,7 +459,7 @@ truncated_findings = 0
 for attempt in range(12):
     bodies.write_bytes(pristine)
     result = {}
-    t = threading.Thread(target=lambda: result.update(out=_archive.verify_ledger(
+    t = threading.Thread(target=lambda: result.update(out=_verify.verify_ledger(
         str(ledger / "session.db"), threads=2, use_libdeflate=bool(attempt % 2))))
     t.start()
     threading.Event().wait(rng.uniform(0, 0.02))

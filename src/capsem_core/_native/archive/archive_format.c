@@ -5,7 +5,7 @@
 
 capsem_status capsem_parse_file_header(const uint8_t *buf, size_t avail) {
     if (avail < CAPSEM_FILE_HEADER_BYTES) return CAPSEM_E_FILE_HEADER;
-    if (memcmp(buf, "CAPSEMBL", 8) != 0) return CAPSEM_E_FILE_HEADER;
+    if (memcmp(buf, CAPSEM_FILE_MAGIC, 8) != 0) return CAPSEM_E_FILE_HEADER;
     uint16_t version = (uint16_t)(buf[8] | (buf[9] << 8));
     /* Bytes 10..15 are reserved and, as in Capsem's reader, not checked. */
     return version == CAPSEM_FORMAT_VERSION ? CAPSEM_OK : CAPSEM_E_FILE_HEADER;
@@ -13,7 +13,7 @@ capsem_status capsem_parse_file_header(const uint8_t *buf, size_t avail) {
 
 capsem_status capsem_parse_block_header(const uint8_t *buf, size_t avail, uint8_t *codec) {
     *codec = 0;
-    if (avail < CAPSEM_BLOCK_HEADER_BYTES || memcmp(buf, "BLK2", 4) != 0) return CAPSEM_E_BLOCK_HEADER;
+    if (avail < CAPSEM_BLOCK_HEADER_BYTES || memcmp(buf, CAPSEM_BLOCK_MAGIC, 4) != 0) return CAPSEM_E_BLOCK_HEADER;
     *codec = buf[4];
     if (buf[5] != 0 || buf[6] != 0 || buf[7] != 0) return CAPSEM_E_CODEC;
     if (buf[4] != CAPSEM_CODEC_DEFLATE && buf[4] != CAPSEM_CODEC_ZSTD) return CAPSEM_E_CODEC;
@@ -23,7 +23,7 @@ capsem_status capsem_parse_block_header(const uint8_t *buf, size_t avail, uint8_
 capsem_status capsem_parse_segment_header(const uint8_t *buf, size_t avail, uint32_t expected_raw_start,
                                           capsem_segment_header *out) {
     if (avail < CAPSEM_SEGMENT_HEADER_BYTES) return CAPSEM_E_TRUNCATED;
-    if (memcmp(buf, "SGMT", 4) != 0) return CAPSEM_E_SEGMENT;
+    if (memcmp(buf, CAPSEM_SEGMENT_MAGIC, 4) != 0) return CAPSEM_E_SEGMENT;
     uint8_t flags = buf[4];
     if ((flags & ~CAPSEM_SEGMENT_FINAL) != 0 || buf[5] || buf[6] || buf[7]) return CAPSEM_E_SEGMENT;
     uint32_t raw_start = capsem_le32(buf + 8);
@@ -43,6 +43,5 @@ capsem_status capsem_parse_segment_header(const uint8_t *buf, size_t avail, uint
 }
 
 int capsem_has_sync_tail(const uint8_t *payload, size_t len) {
-    static const uint8_t tail[4] = {0x00, 0x00, 0xFF, 0xFF};
-    return len >= 4 && memcmp(payload + len - 4, tail, 4) == 0;
+    return len >= 4 && memcmp(payload + len - 4, CAPSEM_SYNC_FLUSH_TAIL, 4) == 0;
 }

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capsem_core import _index
+from capsem_core import index as _index
+from capsem_core import errors
 from capsem_core import format as fmt
-from tests.test_verify_kernel import make_ledger
+from tests.native.test_verify_kernel import make_ledger
 
 
 def _module_rows(db: Path) -> list[tuple]:
@@ -84,19 +85,19 @@ def test_an_empty_index_gives_empty_arrays(tmp_path):
 
 
 def test_sqlite_failures_are_ledger_errors_naming_the_file(tmp_path):
-    with pytest.raises(fmt.LedgerError, match="no such file") as exc:
+    with pytest.raises(errors.LedgerError, match="no such file") as exc:
         _index.scan_bodies(tmp_path / "missing.db")
     assert exc.value.path == tmp_path / "missing.db"
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(fmt.LedgerError, match="not a database") as exc:
+    with pytest.raises(errors.LedgerError, match="not a database") as exc:
         _index.scan_bodies(junk)
     assert exc.value.path == junk
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE t(x)").connection.close()
-    with pytest.raises(fmt.LedgerError, match="no such table: event_body_blobs"):
+    with pytest.raises(errors.LedgerError, match="no such table: event_body_blobs"):
         _index.scan_bodies(empty)
-    with pytest.raises(fmt.LedgerError, match="no such table: body_blocks"):
+    with pytest.raises(errors.LedgerError, match="no such table: body_blocks"):
         _index.scan_blocks(empty)
 
 
@@ -113,7 +114,7 @@ def test_a_scan_does_not_write_to_the_ledger(tmp_path):
 def test_one_libsqlite3_is_mapped_and_both_sides_report_the_same_version():
     code = (
         "import sqlite3\n"
-        "from capsem_core import _index\n"
+        "from capsem_core._native import _index\n"
         "libs = {l.split()[-1] for l in open('/proc/self/maps') if 'libsqlite3' in l}\n"
         "print(len(libs), sqlite3.sqlite_version, _index.sqlite_version())\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()

@@ -8,11 +8,7 @@
 
 #include "archive_reader.h"
 
-/* Per-body outcomes beyond the archive's own capsem_status values. */
-#define CAPSEM_V_OK 0
-#define CAPSEM_V_BODY_HASH 20      /* the span's bytes hash to something other than body_hash */
-#define CAPSEM_V_BAD_HASH_TEXT 21  /* body_hash in the index is not blake3: + 64 hex digits */
-#define CAPSEM_V_SPAN 22           /* the row's span is negative or past 16 MiB */
+/* Per-body outcomes (CAPSEM_V_*) are in status.h, beside the archive statuses. */
 
 typedef struct capsem_verify_job capsem_verify_job;
 

@@ -17,7 +17,10 @@ import pytest
 from blake3 import blake3
 from tests.reliability_helpers import layout, net_row
 
-from capsem_core import _archive, _index
+from capsem_core import index as _index
+from capsem_core import verify as _verify
+from capsem_core._native import _archive, _errors
+from capsem_core import errors
 from capsem_core import format as fmt
 from capsem_core.writer import Body, LedgerWriter
 from oracles import baseline_verify as baseline
@@ -50,7 +53,7 @@ def make_ledger(directory: Path, *, rows: int, seed: int, codec: str = "deflate"
 
 
 def kernel(db: Path, **kw) -> tuple[int, list[tuple]]:
-    verified, findings = _archive.verify_ledger(db, **kw)
+    verified, findings = _verify.verify_ledger(db, **kw)
     return verified, [tuple(f) for f in findings]
 
 
@@ -208,7 +211,7 @@ def test_progress_is_reported_from_the_calling_thread(ledger):
     import threading
     seen = []
     main = threading.get_ident()
-    verified, _ = _archive.verify_ledger(ledger, progress=lambda b, n: seen.append((b, n, threading.get_ident())))
+    verified, _ = _verify.verify_ledger(ledger, progress=lambda b, n: seen.append((b, n, threading.get_ident())))
     assert seen and seen[-1][1] == verified == 600
     assert seen[-1][0] == int(_index.scan_bodies(ledger)["body_len"].sum())
     assert {t for _, _, t in seen} == {main}
@@ -217,8 +220,8 @@ def test_progress_is_reported_from_the_calling_thread(ledger):
 def test_a_missing_archive_with_indexed_bodies_is_a_ledger_error(tmp_path):
     db = make_ledger(tmp_path, rows=3, seed=1)
     db.with_suffix(".bodies").unlink()
-    with pytest.raises(fmt.ArchiveError, match="io: No such file"):
-        _archive.verify_ledger(db)
+    with pytest.raises(errors.ArchiveError, match="io: No such file"):
+        _verify.verify_ledger(db)
 
 
 def _shared_span_ledger(directory: Path, *, rows: int, codec: str = "deflate") -> Path:
@@ -329,12 +332,13 @@ def _reader_verdicts(db: Path) -> dict[int, type | None]:
                 reader.read_verified(int(bodies["block_offset"][i]), int(bodies["body_offset"][i]),
                                      int(bodies["body_len"][i]), bytes(bodies["digest"][i]))
                 verdicts[int(bodies["id"][i])] = None
-            except fmt.LedgerError as exc:
+            except errors.LedgerError as exc:
                 verdicts[int(bodies["id"][i])] = type(exc)
     return verdicts
 
 
-_KIND_CLASS = {**_archive._KIND_ERROR, "body_hash": fmt.BodyHashMismatch}
+# Finding kind -> the exception the reader raises for it, from the native status table.
+_KIND_CLASS = {s.kind: _errors.exception_class(s.code) for s in _errors.STATUSES if s.exception}
 
 
 @pytest.fixture(params=[(True, 1), (True, 2), (False, 1), (False, 2)], ids=lambda p: f"libdeflate={p[0]}-threads={p[1]}")
@@ -540,7 +544,8 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
 # C heap grew (a worker that never started must still have its cursor freed).
 _THREAD_SCRIPT = r"""
 import ctypes, gc, sys
-from capsem_core import _archive
+from capsem_core import verify as _verify
+from capsem_core._native import _archive
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -550,13 +555,13 @@ class MallInfo2(ctypes.Structure):
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
 db = sys.argv[1]
-first = _archive.verify_ledger(db, threads=4)
+first = _verify.verify_ledger(db, threads=4)
 for _ in range(200):  # warm up: the heap settles after a few hundred runs
-    _archive.verify_ledger(db, threads=4)
+    _verify.verify_ledger(db, threads=4)
 gc.collect()
 before = libc.mallinfo2().uordblks
 for _ in range(400):
-    assert _archive.verify_ledger(db, threads=4) == first
+    assert _verify.verify_ledger(db, threads=4) == first
 gc.collect()
 print(first[0], len(first[1]), libc.mallinfo2().uordblks - before)
 """
@@ -592,8 +597,8 @@ def test_workers_that_cannot_start_leave_the_others_to_verify_everything_and_lea
 def test_a_verify_whose_workers_all_fail_to_start_is_an_error_not_a_crash(tmp_path):
     db = make_ledger(tmp_path / "ledger", rows=20, seed=12, flush_every=5, close_every_flush=True)
     env = _shim_env(tmp_path, 0)
-    run = subprocess.run([sys.executable, "-c", "import sys; from capsem_core import _archive\n"
-                          "try:\n    _archive.verify_ledger(sys.argv[1], threads=2)\n"
+    run = subprocess.run([sys.executable, "-c", "import sys; from capsem_core import verify as _verify\n"
+                          "try:\n    _verify.verify_ledger(sys.argv[1], threads=2)\n"
                           "except MemoryError as e:\n    print('MemoryError', e)\n", str(db)],
                          env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

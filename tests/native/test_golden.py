@@ -12,7 +12,7 @@ The tests regenerate each ledger and require identical archive bytes (with the r
 zlib / libzstd; with another version only the compressed payloads may differ, so the raw
 structure is compared instead), check header bytes and offsets literally, and read the
 committed files back with the independent oracle. To rewrite them after an intended format
-change: ``CAPSEM_REGENERATE_GOLDEN=1 python3 -m pytest tests/test_golden.py``.
+change: ``CAPSEM_REGENERATE_GOLDEN=1 python3 -m pytest tests/native/test_golden.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from oracles import archive_reader as oracle
 from capsem_core import schema
 from capsem_core.writer import Body, LedgerWriter
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 MANIFEST = GOLDEN / "ledgers.json"
 CASES = ("ledger_deflate", "ledger_zstd", "ledger_multiblock")
 T0 = 1_750_000_000.0

@@ -9,8 +9,8 @@
 
 typedef struct capsem_index capsem_index;
 
-/* Opens the SQLite URI `uri` read-only (the caller, capsem_core.db, chooses its parameters:
- * mode=ro, immutable=1 on read-only media) with a busy timeout of busy_ms and begins a read
+/* Opens the SQLite URI `uri` read-only (the caller's connection policy chooses its
+ * parameters: mode=ro, immutable=1 on read-only media) with a busy timeout of busy_ms and begins a read
  * transaction. Returns an SQLite result code; the message (when not SQLITE_OK) is copied
  * to err. *out is set either way (close it). */
 int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen);
@@ -39,6 +39,9 @@ int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t st
 /* Smallest and largest rowid of a table named by a fixed string; *empty when it has no rows. */
 int capsem_index_rowid_bounds(capsem_index *ix, const char *table, int64_t *lo, int64_t *hi, int *empty, char *err,
                               size_t errlen);
+/* *shadowed when the table declares a column named rowid, _rowid_ or oid (any case): those
+ * names then no longer mean the rowid, so a scan must not cut rowid ranges by them. */
+int capsem_index_rowid_shadowed(capsem_index *ix, const char *table, int *shadowed, char *err, size_t errlen);
 
 /* One slice of a parallel body scan: rows with rowid in [lo, hi] go to array slots
  * [start, start + cap), cap = hi - lo + 1 (rowids are unique, so they always fit); filled
@@ -62,8 +65,5 @@ int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body
 
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen);
-
-/* "blake3:" + 64 lower-case hex -> 32 bytes. 1 on success. */
-int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t out[32]);
 
 #endif

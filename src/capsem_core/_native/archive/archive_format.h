@@ -6,6 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
+#define CAPSEM_FILE_MAGIC "CAPSEMBL"   /* 8 bytes, no terminator on disk */
+#define CAPSEM_BLOCK_MAGIC "BLK2"      /* 4 bytes */
+#define CAPSEM_SEGMENT_MAGIC "SGMT"    /* 4 bytes */
+#define CAPSEM_SYNC_FLUSH_TAIL "\x00\x00\xff\xff" /* the empty stored block of a sync flush */
 #define CAPSEM_FILE_HEADER_BYTES 16u
 #define CAPSEM_BLOCK_HEADER_BYTES 8u
 #define CAPSEM_SEGMENT_HEADER_BYTES 52u
@@ -15,19 +21,6 @@
 #define CAPSEM_CODEC_DEFLATE 1u
 #define CAPSEM_CODEC_ZSTD 2u
 #define CAPSEM_SEGMENT_FINAL 0x01u
-
-typedef enum {
-    CAPSEM_OK = 0,
-    CAPSEM_E_FILE_HEADER = 1,   /* short, foreign or other-version file header */
-    CAPSEM_E_BLOCK_HEADER = 2,  /* short read or wrong magic at a block offset */
-    CAPSEM_E_CODEC = 3,         /* unknown codec, or non-zero flags/reserved in a block header */
-    CAPSEM_E_SEGMENT = 4,       /* segment header out of bounds, or missing sync tail */
-    CAPSEM_E_TRUNCATED = 5,     /* the file ends inside a segment header or payload */
-    CAPSEM_E_INTEGRITY = 6,     /* lengths, stream end or the segment hash disagree */
-    CAPSEM_E_INFLATE = 7,       /* the compressed payload is not valid */
-    CAPSEM_E_RANGE = 8,         /* a body span is outside its block */
-    CAPSEM_E_NOMEM = 9,
-} capsem_status;
 
 typedef struct {
     uint8_t flags;

@@ -1,4 +1,4 @@
-"""BLAKE3 in C (capsem_core._blake3): official vectors at every SIMD level, agreement with the
+"""BLAKE3 in C (capsem_core._native._blake3): official vectors at every SIMD level, agreement with the
 blake3 package (oracle only) on every length up to 70,000 bytes at every level, SIMD against
 portable on mixed slices, and the bounds hash_many enforces before it hashes. The avx512
 level's code runs here as "avx512-on-avx2" wherever the CPU has AVX2."""
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capsem_core import _blake3
+from capsem_core._native import _blake3
 
-VECTORS = Path(__file__).resolve().parent / "vectors" / "blake3_test_vectors.json"  # the official BLAKE3 vectors
+VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "blake3_test_vectors.json"  # the official BLAKE3 vectors
 LEVELS = _blake3.available_levels()
 # Every level the module knows, by number.
 ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2"]

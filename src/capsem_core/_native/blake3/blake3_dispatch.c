@@ -17,17 +17,29 @@ typedef capsem_blake3_kernels kernels_t;
 
 /* ---- SIMD level -------------------------------------------------------------------- */
 
+/* The SIMD kernels (x86/) are built only for x86-64 targets, where CMake defines
+ * CAPSEM_HAVE_X86_SIMD; elsewhere only portable is offered. (An arm/ NEON level would get
+ * its own slot and guard here.) The names stay the same on every machine. */
+static const char *const LEVEL_NAMES[CAPSEM_BLAKE3_LEVELS] = {
+    "portable", "sse41", "avx2", "avx512", "avx512-on-avx2",
+};
+
 static const kernels_t *const LEVEL_KERNELS[CAPSEM_BLAKE3_LEVELS] = {
     &capsem_blake3_portable_kernels,
+#if defined(CAPSEM_HAVE_X86_SIMD)
     &capsem_blake3_sse41_kernels,
     &capsem_blake3_avx2_kernels,
     &capsem_blake3_avx512_kernels,
     &capsem_blake3_avx512_on_avx2_kernels,
+#else
+    NULL, NULL, NULL, NULL,
+#endif
 };
 
 static int cpu_has(int level) {
     if (level == CAPSEM_BLAKE3_PORTABLE) return 1;
-#if defined(__x86_64__) || defined(__i386__)
+    if (LEVEL_KERNELS[level] == NULL) return 0;
+#if defined(CAPSEM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
     if (level == CAPSEM_BLAKE3_SSE41) return __builtin_cpu_supports("sse4.1");
     if (level == CAPSEM_BLAKE3_AVX2 || level == CAPSEM_BLAKE3_AVX512_ON_AVX2) return __builtin_cpu_supports("avx2");
@@ -64,7 +76,7 @@ int capsem_blake3_set_level(int level) {
 
 const char *capsem_blake3_level_name(int level) {
     if (level < 0 || level >= CAPSEM_BLAKE3_LEVELS) return NULL;
-    return LEVEL_KERNELS[level]->name;
+    return LEVEL_NAMES[level];
 }
 
 static const kernels_t *kernels(void) { return LEVEL_KERNELS[capsem_blake3_level()]; }

@@ -1,0 +1,68 @@
+"""session.bodies in C: bounded header parsing, the block-cursor reader and the verify kernel
+(stub of the compiled module)."""
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+FILE_MAGIC: bytes
+BLOCK_MAGIC: bytes
+SEGMENT_MAGIC: bytes
+SYNC_FLUSH_TAIL: bytes
+FORMAT_VERSION: int
+FILE_HEADER_BYTES: int
+BLOCK_HEADER_BYTES: int
+SEGMENT_HEADER_BYTES: int
+SEGMENT_FINAL: int
+MAX_BLOCK_RAW_BYTES: int
+MAX_SEGMENT_EXPANSION: int
+CODEC_DEFLATE: int
+CODEC_ZSTD: int
+BODY_HASH_PREFIX: str
+LIMITS: dict[str, int]
+
+def check_file_header(head: bytes, path: os.PathLike[str] | str | None = None) -> None: ...
+def parse_block_header(head: bytes, block_offset: int, path: os.PathLike[str] | str | None = None) -> int: ...
+def parse_segment_header(head: bytes, at: int, expected_raw_start: int,
+                         path: os.PathLike[str] | str | None = None) -> tuple[int, int, int, int, bytes]: ...
+def has_sync_tail(payload: bytes) -> bool: ...
+
+class ArchiveFault(NamedTuple):
+    code: int
+    kind: str
+    at: int
+    text: str
+
+class VerifyOutcome(NamedTuple):
+    status: npt.NDArray[np.uint8]
+    err_index: npt.NDArray[np.int32]
+    got: npt.NDArray[np.uint8]
+    errors: list[ArchiveFault]
+
+class ArchiveReader:
+    path: Path
+    def __init__(self, path: os.PathLike[str] | str) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> ArchiveReader: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def read(self, block_offset: int, offset: int, length: int) -> bytes: ...
+    def read_verified(self, block_offset: int, offset: int, length: int, expected: bytes | str,
+                      subject: object = None) -> bytes: ...
+    def walk_extent(self, block_offset: int, disk_len: int) -> tuple[int, int, int, bool]: ...
+    def file_was_replaced(self) -> bool: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def blocks_inflated(self) -> int: ...
+    @property
+    def segments_inflated(self) -> int: ...
+    @property
+    def identity(self) -> tuple[int, int]: ...
+
+def verify_bodies(bodies_path: os.PathLike[str] | str, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
+                  threads: int = 0, progress: Callable[[int, int], None] | None = None,
+                  use_libdeflate: bool = True) -> VerifyOutcome: ...

@@ -1,0 +1,87 @@
+# The archive's C API beyond header parsing: the cursor, the SIGBUS guard, the file map and
+# the verify kernel (archive_reader.h, archive_guard.h, archive_file.h, archive_verify.h).
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+
+from status cimport capsem_status
+
+cdef extern from "archive_reader.h" nogil:
+    ctypedef struct capsem_error:
+        capsem_status status
+        uint64_t at
+        uint8_t codec
+        uint8_t hash_mismatch
+        uint64_t raw_done
+        char detail[200]
+    ctypedef struct capsem_cursor:
+        pass
+    ctypedef struct capsem_extent:
+        uint8_t codec
+        uint64_t raw_len
+        uint64_t segments
+        int final
+    capsem_cursor *capsem_cursor_new()
+    void capsem_cursor_free(capsem_cursor *c)
+    void capsem_cursor_discard(capsem_cursor *c)
+    capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                      uint64_t end, capsem_error *err)
+    const uint8_t *capsem_cursor_raw(const capsem_cursor *c)
+    uint64_t capsem_cursor_held(const capsem_cursor *c)
+    int capsem_cursor_active(const capsem_cursor *c)
+    uint64_t capsem_cursor_block(const capsem_cursor *c)
+    int capsem_cursor_finished(const capsem_cursor *c)
+    uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c)
+    uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
+    capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
+                                     capsem_extent *out, capsem_error *err)
+
+cdef extern from "archive_guard.h" nogil:
+    int capsem_guard_install()
+    capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                       uint64_t end, capsem_error *err)
+    capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                             uint64_t disk_len, capsem_extent *out, capsem_error *err)
+
+cdef extern from "archive_file.h" nogil:
+    ctypedef struct capsem_archive_file:
+        int fd
+        const uint8_t *map
+        uint64_t size
+        uint64_t dev
+        uint64_t ino
+    ctypedef enum capsem_open_status:
+        CAPSEM_OPEN_OK
+        CAPSEM_OPEN_SYMLINK
+        CAPSEM_OPEN_NOT_REGULAR
+        CAPSEM_OPEN_IO
+    capsem_open_status capsem_file_open(capsem_archive_file *f, const char *path, int *errno_out)
+    int capsem_file_refresh(capsem_archive_file *f)
+    void capsem_file_close(capsem_archive_file *f)
+    int capsem_file_replaced(const capsem_archive_file *f, const char *path)
+
+cdef extern from "archive_verify.h" nogil:
+    ctypedef struct capsem_verify_job:
+        pass
+    ctypedef struct capsem_verify_spec:
+        const uint8_t *base
+        uint64_t size
+        size_t nblocks
+        const int64_t *blk_offset
+        const int64_t *blk_disk_len
+        size_t nbodies
+        const int64_t *block_offset
+        const int64_t *body_offset
+        const int64_t *body_len
+        const uint8_t *digest
+        const uint8_t *hash_ok
+        uint8_t *status
+        int32_t *err_index
+        uint8_t *got
+        int threads
+        int use_libdeflate
+    capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec)
+    int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done)
+    int capsem_verify_finish(capsem_verify_job *job)
+    void capsem_verify_cancel(capsem_verify_job *job)
+    size_t capsem_verify_error_count(const capsem_verify_job *job)
+    const capsem_error *capsem_verify_error(const capsem_verify_job *job, size_t i)
+    void capsem_verify_free(capsem_verify_job *job)

@@ -1,0 +1,44 @@
+"""Every exception capsem-core raises: the one public home of the hierarchy.
+
+The classes are defined by the native core (``capsem_core._native._errors``), so that C and
+Cython code raise them without importing the Python layer; this module re-exports them and
+names itself their module, so tracebacks and pickles say ``capsem_core.errors``.
+
+``LedgerError(message, path=None)`` is the base: ``.path`` (a Path, or None) names the file
+the problem is in, ``.detail`` is the message without it, and ``str()`` is
+``"<path>: <message>"``.
+"""
+
+from __future__ import annotations
+
+from capsem_core._native import _errors
+from capsem_core._native._errors import (
+    ArchiveError,
+    BadBlockHeader,
+    BadFileHeader,
+    BadSegment,
+    BlockFull,
+    BodyHashMismatch,
+    BodyTooLarge,
+    InflateError,
+    IntegrityError,
+    LedgerError,
+    RefOutOfRange,
+    RowRejected,
+    SchemaMismatch,
+    SymlinkRefused,
+    TruncatedBlock,
+    UnsupportedCodec,
+    WriterBusy,
+    WriterPoisoned,
+)
+
+__all__ = [
+    "LedgerError", "ArchiveError", "BadFileHeader", "BadBlockHeader", "UnsupportedCodec", "BadSegment",
+    "IntegrityError", "InflateError", "TruncatedBlock", "RefOutOfRange", "BodyHashMismatch", "SymlinkRefused",
+    "SchemaMismatch", "WriterBusy", "WriterPoisoned", "BodyTooLarge", "BlockFull", "RowRejected",
+]
+
+for _cls in _errors.EXCEPTIONS:
+    _cls.__module__ = __name__
+del _cls

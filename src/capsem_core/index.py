@@ -1,0 +1,46 @@
+"""The body index as arrays: the native scans, opened the way ``capsem_core.db`` decides.
+
+The native module takes an SQLite URI and a busy timeout; this module asks ``db`` for the
+read plan of a path (refusing a -wal whose commits it would miss, unless the caller passes
+its own plan) and hands the scan that plan's URI.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from capsem_core import db
+from capsem_core._native import _index
+from capsem_core._native._index import PARALLEL_MIN_ROWS, parse_body_hash, sqlite_source_id, sqlite_version
+from capsem_core.errors import LedgerError
+
+__all__ = ["scan_bodies", "scan_blocks", "parse_body_hash", "sqlite_version", "sqlite_source_id",
+           "PARALLEL_MIN_ROWS"]
+
+
+def _existing(db_path: db.PathArg) -> str:
+    path = os.fsdecode(os.fspath(db_path))
+    if not os.path.isfile(path):
+        raise LedgerError("cannot open the body index: no such file", path)
+    return path
+
+
+def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | None = None) -> dict[str, Any]:
+    """Every event_body_blobs row in archive order as arrays (see the native scan_bodies).
+
+    plan: the ReadPlan to open with (default: ``db.complete_plan(db_path)``, which refuses a
+    -wal whose commits it cannot read)."""
+    if plan is None:
+        plan = db.complete_plan(os.fsdecode(os.fspath(db_path)))
+    path = _existing(db_path)
+    return _index.scan_bodies(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, threads=threads)
+
+
+def scan_blocks(db_path: db.PathArg, *, plan: db.ReadPlan | None = None) -> dict[str, Any]:
+    """Every body_blocks row ordered by block_offset (block_offset, raw_len, disk_len). plan:
+    as for scan_bodies."""
+    path = _existing(db_path)
+    if plan is None:
+        plan = db.complete_plan(path)
+    return _index.scan_blocks(plan.uri, busy_ms=db.busy_timeout_ms(), path=path)
