@@ -20,7 +20,9 @@ from capsem_core.errors import LedgerError
 from capsem_core.paths import pair_on_disk
 from capsem_core.sessions import vmnames
 from capsem_core.sessions.home import Home, home_layout, is_session_word, session_word_problem
-from capsem_core.sessions.maindb import CREATED_AT_COLUMN, ID_COLUMN, LIST_COLUMNS, SessionRow, open_main_db, select_rows_sql
+from capsem_core.sessions.maindb import (
+    CREATED_AT_COLUMN, ID_COLUMN, LIST_COLUMNS, SessionRow, open_main_db, select_rows_sql,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,6 +133,20 @@ def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Conn
         raise LedgerError(f"cannot open: {exc}", path) from exc
 
 
+@contextmanager
+def writing(conn: sqlite3.Connection, path: Path, failure: str) -> Iterator[sqlite3.Connection]:
+    """Run a write on ``conn`` and close it: an SQLite error becomes one LedgerError
+    ``"<failure>: <error>"`` naming ``path``, and a transaction left open is rolled back."""
+    try:
+        yield conn
+    except sqlite3.Error as exc:
+        raise LedgerError(f"{failure}: {exc}", path) from exc
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     """The column names of ``table`` in ``conn``, in table order (none when it is absent)."""
     return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
@@ -189,8 +204,7 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerError(f"cannot create main.db's directory: {exc}", path.parent) from exc
-    conn = connect(path, readonly=False, create=True)
-    try:
+    with writing(connect(path, readonly=False, create=True), path, "cannot create main.db") as conn:
         conn.execute("PRAGMA journal_mode = WAL").fetchall()
         conn.execute("BEGIN IMMEDIATE")
         # Another process may have created it between the exists() check and our lock.
@@ -202,12 +216,6 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {MAIN_DB_VERSION}")
         conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot create main.db: {exc}", path) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
     return path
 
 

@@ -19,6 +19,7 @@ from capsem_core.errors import LedgerError, SchemaMismatch
 from capsem_core.paths import SESSION_DB, is_regular_file, refuse_symlink
 from capsem_core.sessions.maindb import (
     OPTIONAL_COUNTS, ROLLUP_COLUMNS, TOTAL_COLUMNS, as_float, as_int, connect, open_main_db, table_columns,
+    writing,
 )
 
 
@@ -110,20 +111,13 @@ def rollup(main_db_path: os.PathLike[str] | str, session_id: str,
     totals = read_totals(Path(ledger_db_path), session_id, counts)
     values: dict[str, object] = {c: getattr(totals, c) for c in (*TOTAL_COLUMNS, *counts)}
     sql = (f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?")
-    conn = connect(path, readonly=False)
-    try:
+    with writing(connect(path, readonly=False), path, f"cannot write the rollup of session {session_id}") as conn:
         conn.execute("BEGIN IMMEDIATE")
         cur = conn.execute(sql, (*values.values(), session_id))
         if cur.rowcount != 1:
             conn.execute("ROLLBACK")
             raise LedgerError(f"session {session_id!r} is not registered, so it has no totals to roll up", path)
         conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot write the rollup of session {session_id}: {exc}", path) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
     return totals
 
 
