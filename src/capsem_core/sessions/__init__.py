@@ -14,9 +14,9 @@ The package owns:
 * :mod:`~capsem_core.sessions.listing` — listing sessions and the doctor's list formats.
 
 The ``list`` and ``rollup`` commands are :mod:`capsem_core.cli.list` and
-:mod:`capsem_core.cli.rollup`. Every name importable from ``capsem_core.sessions``,
-``capsem_core.maindb`` and ``capsem_core.vmnames`` before the package existed is importable
-from here.
+:mod:`capsem_core.cli.rollup`. The public names of the former modules
+``capsem_core.sessions`` and ``capsem_core.maindb`` are importable from here, and the former
+``capsem_core.vmnames`` is ``capsem_core.sessions.vmnames``.
 """
 
 from __future__ import annotations
