@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
-from capsem_core import vmnames
+from capsem_core.sessions import vmnames
 from capsem_core.format import pack_file_header
 
 SESSIONS = 100_000

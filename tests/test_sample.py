@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oracles.archive_reader import archived_bodies, check_index_extents
-from capsem_core import cli, maindb, schema, sessions
+from capsem_core import cli, schema, sessions
 from capsem_core.errors import LedgerError
 from capsem_core.sample import (
     HomeSummary,
@@ -311,7 +311,7 @@ def test_a_sample_home_has_every_kind_of_session(tmp_path: Path) -> None:
             assert s.ledger_dir is not None and (s.ledger_dir / "session.db").is_file()
             assert (s.ledger_dir / "session.bodies").is_file()
         if s.rolled_up and s.ledger_dir is not None:
-            totals = maindb.read_totals(s.ledger_dir / "session.db", s.id, ("exec_count", "audit_event_count"))
+            totals = sessions.read_totals(s.ledger_dir / "session.db", s.id, ("exec_count", "audit_event_count"))
             for column in ("total_requests", "total_input_tokens", "total_tool_calls", "total_file_events",
                            "exec_count", "audit_event_count"):
                 assert row[column] == getattr(totals, column), column

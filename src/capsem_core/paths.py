@@ -57,19 +57,23 @@ def is_regular_file(path: PathArg) -> bool:
 
 def pair_on_disk(directory: PathArg) -> bool:
     """session.db and session.bodies are regular files in a directory that is not a link."""
-    d = Path(directory)
-    return is_real_dir(d) and is_regular_file(d / SESSION_DB) and is_regular_file(d / SESSION_BODIES)
+    # On strings, not pathlib: ``list`` runs this per row, and building Paths costs more
+    # than the three lstats.
+    d = os.fspath(directory)
+    return (is_real_dir(d) and is_regular_file(os.path.join(d, SESSION_DB))
+            and is_regular_file(os.path.join(d, SESSION_BODIES)))
 
 
-def refuse_symlink(path: PathArg, what: str) -> None:
+def refuse_symlink(path: PathArg, what: str, *, message: str | None = None) -> None:
     """SymlinkRefused when ``path`` is a symbolic link; a missing or unreadable path passes
-    (the open that follows names that problem)."""
+    (the open that follows names that problem). ``message`` replaces the default "refusing a
+    <what> that is a symbolic link" where the refusal must say whose path it is."""
     try:
         link = stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
         return
     if link:
-        raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
+        raise SymlinkRefused(message or f"refusing a {what} that is a symbolic link", path)
 
 
 def require_regular_file(path: PathArg, what: str) -> None:

@@ -23,6 +23,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from capsem_core.errors import LedgerError
+from capsem_core.sessions.home import session_word_problem
+
 SIDECAR_NAME = "capsem-core-vm-names.json"
 SIDECAR_FORMAT = "capsem-core-vm-names"
 SIDECAR_VERSION = 1
@@ -44,8 +47,6 @@ def sidecar_path(main_db: os.PathLike[str] | str) -> Path:
 
 
 def _valid_word(word: object) -> bool:
-    from capsem_core.sessions import session_word_problem
-
     return session_word_problem(word) is None
 
 
@@ -103,8 +104,6 @@ def link_name(main_db: os.PathLike[str] | str, name: str, session_id: str) -> No
     id needs no link and is not written). Any older link of that name or that id is replaced."""
     if name == session_id:
         return
-    from capsem_core.errors import LedgerError
-
     path = sidecar_path(main_db)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

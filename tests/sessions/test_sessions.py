@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
+from capsem_core.cli import rollup as rollup_command
 from capsem_core.errors import LedgerError, SchemaMismatch, SymlinkRefused
 from capsem_core.format import pack_file_header
 from capsem_core.schema import create_schema
 
-# --- helpers (test_list.py imports these) --------------------------------------------------
+# --- helpers (test_list.py and test_maindb.py import these) ------------------------------
 
 NetRow = str  # decision
 ModelRow = tuple[str, str | None, int | None, int | None, float | None]  # provider, model, in, out, cost
@@ -146,7 +147,7 @@ def test_create_main_db_writes_capsems_layout_and_nothing_of_ours(home: S.Home) 
 
 
 def test_the_ddl_in_docs_is_the_ddl_the_code_runs() -> None:
-    docs = (Path(__file__).parent.parent / "docs" / "sessions.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "sessions.md").read_text()
     for statement in S.MAIN_DB_DDL:
         first_line = statement.splitlines()[0]
         assert first_line in docs, first_line
@@ -555,7 +556,7 @@ def test_a_real_ledger_writer_rolls_up_on_close(home: S.Home) -> None:
 
 def _rollup_args(word: str | None, as_json: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    S.add_rollup_arguments(parser)
+    rollup_command.add_arguments(parser)
     return parser.parse_args(([word] if word else []) + (["--json"] if as_json else []))
 
 
@@ -563,14 +564,14 @@ def test_the_rollup_command_resolves_a_name_and_prints_the_totals(home: S.Home) 
     register(home, "vm-9", "2026-01-01T00:00:00Z", name="co-work1")
     write_ledger(home.persistent_root / "co-work1", net=["allowed", "denied"], models=MODELS[:1], tools=TOOLS[2:3])
     out = io.StringIO()
-    assert S.run_rollup(_rollup_args("co-work1"), stdout=out) == 0
+    assert rollup_command.run(_rollup_args("co-work1"), stdout=out) == 0
     text = out.getvalue()
     assert "Rolled up co-work1 (vm-9)" in text
     assert "requests     2 (1 allowed, 1 denied)" in text
     assert "tokens       100 in + 20 out" in text
     assert "tool calls   1 (1 mcp, counted from the ledger)" in text
     out = io.StringIO()
-    assert S.run_rollup(_rollup_args(None, as_json=True), stdout=out) == 0
+    assert rollup_command.run(_rollup_args(None, as_json=True), stdout=out) == 0
     obj = json.loads(out.getvalue())
     assert obj["session_id"] == "vm-9" and obj["name"] == "co-work1" and obj["total_requests"] == 2
     assert obj["mcp_calls"] == 1 and "usage" not in obj
@@ -584,7 +585,7 @@ def test_the_rollup_command_prints_no_control_characters_from_the_filesystem(
     register(home, "s1", "2026-01-01T00:00:00Z")
     write_ledger(home.sessions_root / "s1", net=["allowed"])
     out = io.StringIO()
-    assert S.run_rollup(_rollup_args("s1"), stdout=out) == 0
+    assert rollup_command.run(_rollup_args("s1"), stdout=out) == 0
     assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
     assert "evil\\x1b[2J\\x0dhome" in out.getvalue()
 
@@ -593,4 +594,4 @@ def test_the_rollup_command_refuses_a_persistent_vm_main_db_does_not_know(home: 
     S.create_main_db(home.main_db)
     write_ledger(home.persistent_root / "stray")
     with pytest.raises(LedgerError, match="not recorded in main.db"):
-        S.run_rollup(_rollup_args("stray"))
+        rollup_command.run(_rollup_args("stray"))

@@ -1,4 +1,5 @@
-"""Capsem's ``main.db`` (the host session index), read and written exactly as Capsem does.
+"""Capsem's ``main.db`` (the host session index), read and written exactly as Capsem does:
+its layout, opening and creating it, registering and marking sessions, and reading rows.
 
 Layout (``docs/sessions.md``, from Capsem's ``session_index.rs`` at ``user_version`` 7): a
 ``sessions`` table of 25 columns, the indexes ``idx_sessions_created`` and
@@ -8,9 +9,7 @@ module does the same: any main.db whose ``sessions`` table has the columns an op
 is read (and written) whatever its version, and nothing here ever alters its schema. A new
 main.db is created with Capsem's DDL, WAL journal mode and ``user_version = 7``.
 
-The rollup (:func:`rollup`) is Capsem's ``record_session_stop`` without the status: one
-``UPDATE sessions ... WHERE id = ?`` of Capsem's own total columns, computed with Capsem's
-formulas from the session's ``session.db``. It never touches the usage tables.
+The rollup, which writes a session's totals here, is :mod:`capsem_core.sessions.rollup`.
 """
 
 from __future__ import annotations
@@ -18,15 +17,15 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from capsem_core import db
-from capsem_core.errors import LedgerError, SchemaMismatch, SymlinkRefused
+from capsem_core.errors import LedgerError, SchemaMismatch
+from capsem_core.paths import refuse_symlink
 
 # The version Capsem's session index stamps. Written on creation only; never checked.
 MAIN_DB_VERSION = 7
@@ -100,12 +99,13 @@ SESSION_COLUMNS: tuple[str, ...] = (
 )
 USAGE_TABLES: tuple[str, ...] = ("ai_usage", "tool_usage", "mcp_usage")
 
-_TOTALS: tuple[str, ...] = (
+# Capsem's eight total columns, which the rollup writes.
+TOTAL_COLUMNS: tuple[str, ...] = (
     "total_requests", "allowed_requests", "denied_requests", "total_input_tokens", "total_output_tokens",
     "total_estimated_cost", "total_tool_calls", "total_file_events",
 )
 # Every main.db column Capsem's doctor reads (check_session and list_sessions together).
-DOCTOR_COLUMNS: tuple[str, ...] = ("id", "mode", "status", "created_at", "stopped_at", "storage_mode", *_TOTALS)
+DOCTOR_COLUMNS: tuple[str, ...] = ("id", "mode", "status", "created_at", "stopped_at", "storage_mode", *TOTAL_COLUMNS)
 # What each doctor tool selects: list_sessions never reads ``mode``, check_session --list
 # never reads ``storage_mode``, so each tolerates a main.db without the other's column.
 LIST_COLUMNS: tuple[str, ...] = tuple(c for c in DOCTOR_COLUMNS if c != "mode")
@@ -113,10 +113,13 @@ CHECK_COLUMNS: tuple[str, ...] = tuple(c for c in DOCTOR_COLUMNS if c != "storag
 # What resolving "the latest session" needs, and what the rollup writes (plus exec_count and
 # audit_event_count where main.db has them).
 LATEST_COLUMNS: tuple[str, ...] = ("id", "created_at")
-ROLLUP_COLUMNS: tuple[str, ...] = ("id", *_TOTALS)
-_OPTIONAL_COUNTS: dict[str, str] = {"exec_count": "exec_events", "audit_event_count": "audit_events"}
+ROLLUP_COLUMNS: tuple[str, ...] = ("id", *TOTAL_COLUMNS)
+# main.db count columns some versions have, and the ledger table each counts.
+OPTIONAL_COUNTS: dict[str, str] = {"exec_count": "exec_events", "audit_event_count": "audit_events"}
+
 
 def now_text() -> str:
+    """Now in UTC as Capsem stamps times: ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
@@ -130,7 +133,22 @@ def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Conn
         raise LedgerError(f"cannot open: {exc}", path) from exc
 
 
+@contextmanager
+def writing(conn: sqlite3.Connection, path: Path, failure: str) -> Iterator[sqlite3.Connection]:
+    """Run a write on ``conn`` and close it: an SQLite error becomes one LedgerError
+    ``"<failure>: <error>"`` naming ``path``, and a transaction left open is rolled back."""
+    try:
+        yield conn
+    except sqlite3.Error as exc:
+        raise LedgerError(f"{failure}: {exc}", path) from exc
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The column names of ``table`` in ``conn``, in table order (none when it is absent)."""
     return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
 
 
@@ -148,11 +166,6 @@ def require_columns(conn: sqlite3.Connection, path: Path, needed: Sequence[str])
     return have
 
 
-def _refuse_link(path: Path) -> None:
-    if os.path.islink(path):
-        raise SymlinkRefused("refusing a main.db that is a symbolic link", path)
-
-
 def open_main_db(path: os.PathLike[str] | str, *, readonly: bool = True,
                  need: Sequence[str] = DOCTOR_COLUMNS) -> tuple[sqlite3.Connection, set[str]]:
     """Open an existing main.db and check that ``sessions`` has the columns in ``need``.
@@ -160,7 +173,7 @@ def open_main_db(path: os.PathLike[str] | str, *, readonly: bool = True,
     Returns the connection and the set of ``sessions`` columns. A connection for writing is
     put in WAL mode, as Capsem opens it; nothing else about the file is changed."""
     path = Path(path)
-    _refuse_link(path)
+    refuse_symlink(path, "main.db")
     if not path.exists():
         raise LedgerError(f"main.db not found at {path}")
     conn = connect(path, readonly=readonly)
@@ -183,7 +196,7 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
     An existing main.db, of any version, is left exactly as it is: it only has to have the
     columns the doctor reads."""
     path = Path(path)
-    _refuse_link(path)
+    refuse_symlink(path, "main.db")
     if path.exists():
         open_main_db(path)[0].close()
         return path
@@ -191,8 +204,7 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerError(f"cannot create main.db's directory: {exc}", path.parent) from exc
-    conn = connect(path, readonly=False, create=True)
-    try:
+    with writing(connect(path, readonly=False, create=True), path, "cannot create main.db") as conn:
         conn.execute("PRAGMA journal_mode = WAL").fetchall()
         conn.execute("BEGIN IMMEDIATE")
         # Another process may have created it between the exists() check and our lock.
@@ -204,12 +216,6 @@ def create_main_db(path: os.PathLike[str] | str) -> Path:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {MAIN_DB_VERSION}")
         conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot create main.db: {exc}", path) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
     return path
 
 
@@ -354,128 +360,3 @@ def session_recorded(main_db: Path, session_id: str) -> bool:
         raise LedgerError(f"cannot read sessions: {exc}", main_db) from exc
     finally:
         conn.close()
-
-
-# --- rollup --------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class SessionTotals:
-    """What a rollup wrote for one session. ``exec_count`` / ``audit_event_count`` are None
-    when main.db has no such column (nothing was written); ``mcp_calls`` is never stored: it
-    is counted from the ledger for display (None when ``tool_calls`` has no ``origin``)."""
-
-    session_id: str
-    total_requests: int
-    allowed_requests: int
-    denied_requests: int
-    total_input_tokens: int
-    total_output_tokens: int
-    total_estimated_cost: float
-    total_tool_calls: int
-    total_file_events: int
-    exec_count: int | None
-    audit_event_count: int | None
-    mcp_calls: int | None
-
-
-_LEDGER_NEEDS: dict[str, tuple[str, ...]] = {
-    "net_events": ("decision",),
-    "model_calls": ("input_tokens", "output_tokens", "estimated_cost_usd"),
-    "tool_calls": (),
-    "fs_events": (),
-}
-
-
-def _is_regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def read_totals(ledger: Path, session_id: str, counts: Sequence[str] = ()) -> SessionTotals:
-    """Capsem's rollup figures of one ledger, in one read snapshot. ``counts`` names the
-    optional main.db columns (``exec_count``, ``audit_event_count``) to compute."""
-    if os.path.islink(ledger):
-        raise SymlinkRefused("refusing a session.db that is a symbolic link", ledger)
-    if not _is_regular_file(ledger):
-        raise LedgerError("session.db not found", ledger)
-    conn = connect(ledger, readonly=True)
-    try:
-        conn.execute("BEGIN")
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        needs = dict(_LEDGER_NEEDS)
-        needs.update({_OPTIONAL_COUNTS[c]: () for c in counts})
-        for table, wanted in needs.items():
-            if table not in tables:
-                raise SchemaMismatch(f"ledger has no {table} table, so its totals cannot be rolled up", ledger)
-            missing = [c for c in wanted if c not in set(table_columns(conn, table))]
-            if missing:
-                raise SchemaMismatch(f"ledger table {table} lacks column(s) {', '.join(missing)}", ledger)
-
-        def one(sql: str) -> Any:
-            return conn.execute(sql).fetchone()[0]
-
-        req = one("SELECT COUNT(*) FROM net_events")
-        allowed = one("SELECT COUNT(*) FROM net_events WHERE decision = 'allowed'")
-        denied = one("SELECT COUNT(*) FROM net_events WHERE decision = 'denied'")
-        tin = one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls")
-        tout = one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls")
-        cost = one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls")
-        tools = one("SELECT COUNT(*) FROM tool_calls")
-        files = one("SELECT COUNT(*) FROM fs_events")
-        extra = {c: as_int(one(f"SELECT COUNT(*) FROM {_OPTIONAL_COUNTS[c]}")) for c in counts}
-        mcp = (as_int(one("SELECT COUNT(*) FROM tool_calls WHERE origin = 'mcp'"))
-               if "origin" in set(table_columns(conn, "tool_calls")) else None)
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot read the ledger's totals: {exc}", ledger) from exc
-    finally:
-        conn.close()
-    return SessionTotals(session_id, as_int(req), as_int(allowed), as_int(denied), as_int(tin), as_int(tout),
-                         as_float(cost), as_int(tools), as_int(files), extra.get("exec_count"),
-                         extra.get("audit_event_count"), mcp)
-
-
-def rollup(main_db_path: os.PathLike[str] | str, session_id: str,
-           ledger_db_path: os.PathLike[str] | str) -> SessionTotals:
-    """Recompute Capsem's totals of ``session_id`` from its ledger and write them over
-    main.db's in one ``UPDATE sessions ... WHERE id = ?``.
-
-    Only Capsem's own total columns change (and ``exec_count`` / ``audit_event_count`` where
-    the file has them); status, stopped_at, the usage tables, the schema and user_version are
-    left alone. Running it twice gives the same numbers. A main.db that cannot be written
-    (read-only, locked past the busy timeout) or an unknown id is a LedgerError."""
-    path = Path(main_db_path)
-    conn, have = open_main_db(path, readonly=False, need=ROLLUP_COLUMNS)
-    conn.close()
-    counts = [c for c in _OPTIONAL_COUNTS if c in have]
-    totals = read_totals(Path(ledger_db_path), session_id, counts)
-    values: dict[str, object] = {c: getattr(totals, c) for c in (*_TOTALS, *counts)}
-    sql = (f"UPDATE sessions SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?")
-    conn = connect(path, readonly=False)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        cur = conn.execute(sql, (*values.values(), session_id))
-        if cur.rowcount != 1:
-            conn.execute("ROLLBACK")
-            raise LedgerError(f"session {session_id!r} is not registered, so it has no totals to roll up", path)
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise LedgerError(f"cannot write the rollup of session {session_id}: {exc}", path) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
-    return totals
-
-
-def rollup_on_close(main_db_path: os.PathLike[str] | str, session_id: str) -> Callable[[Any], None]:
-    """A callback for ``LedgerWriter(..., on_close=...)``: rolls the session up from the
-    writer's ``db_path`` once the ledger is closed."""
-    main_db = Path(main_db_path)
-
-    def _on_close(writer: Any) -> None:
-        rollup(main_db, session_id, writer.db_path)
-
-    return _on_close

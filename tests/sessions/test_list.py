@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from capsem_core import sessions as S
+from capsem_core.cli import list as list_command
+from capsem_core.sessions import listing
 from capsem_core.errors import SchemaMismatch
 from capsem_core.format import pack_file_header
-from tests.test_sessions import home, old_main_db, register, write_ledger  # noqa: F401  (home is a fixture)
+from tests.sessions.test_sessions import home, old_main_db, register, write_ledger  # noqa: F401  (home is a fixture)
 
 HEADER = ("ID                                             Created     Dur     Cost    net   tokens   tool     fs  Name")
 
@@ -30,9 +32,9 @@ def set_totals(home: S.Home, sid: str, **values: object) -> None:
 
 def run(*argv: str) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
-    S.add_list_arguments(parser)
+    list_command.add_arguments(parser)
     out, err = io.StringIO(), io.StringIO()
-    code = S.run_list(parser.parse_args(list(argv)), stdout=out, stderr=err)
+    code = list_command.run(parser.parse_args(list(argv)), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -51,7 +53,7 @@ def pair(directory: Path) -> None:
 def probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """--with-db checks this many rows one by one before it reads the directories; small
     values drive the directory-scan path on small main.dbs."""
-    monkeypatch.setattr(S, "_WITH_DB_PROBE_ROWS", request.param)
+    monkeypatch.setattr(listing, "_WITH_DB_PROBE_ROWS", request.param)
     return int(request.param)
 
 
@@ -179,7 +181,7 @@ def test_directory_names_that_are_not_session_words_are_ignored(home: S.Home, pr
 
 def test_a_negative_limit_and_a_nan_cost_are_usage_errors() -> None:
     parser = argparse.ArgumentParser()
-    S.add_list_arguments(parser)
+    list_command.add_arguments(parser)
     for argv in (["-n", "-1"], ["-n", "x"], ["--min-cost", "nan"], ["--min-cost", "-1"], ["--min-cost", "inf"]):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
@@ -305,18 +307,18 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(six: S.Home, monkeypa
             return True
 
     parser = argparse.ArgumentParser()
-    S.add_list_arguments(parser)
+    list_command.add_arguments(parser)
     out = Tty()
-    S.run_list(parser.parse_args([]), stdout=out)
+    list_command.run(parser.parse_args([]), stdout=out)
     text = out.getvalue()
     assert text.startswith("\x1b[1mID") and "\x1b[2m---" in text and "\x1b[2m* = session.db" in text
     monkeypatch.setenv("NO_COLOR", "1")
     out = Tty()
-    S.run_list(parser.parse_args([]), stdout=out)
+    list_command.run(parser.parse_args([]), stdout=out)
     assert "\x1b" not in out.getvalue()
     monkeypatch.setenv("NO_COLOR", "")  # no-color.org: an empty value does not count (cli.terminal)
     out = Tty()
-    S.run_list(parser.parse_args([]), stdout=out)
+    list_command.run(parser.parse_args([]), stdout=out)
     assert out.getvalue().startswith("\x1b[1mID")
 
 

@@ -17,7 +17,7 @@ import pytest
 from capsem_core import cli
 from capsem_core import sessions as S
 from capsem_core.sample import write_sample_home
-from tests.test_sessions import MODELS, TOOLS, write_ledger
+from tests.sessions.test_sessions import MODELS, TOOLS, write_ledger
 
 # Transcribed from /work/shared/reference/capsem-main-db-v7.md (Capsem's session_index.rs).
 CAPSEM_V7_DDL = """
@@ -204,15 +204,15 @@ def test_a_sample_home_main_db_matches_capsems_ddl_column_by_column(tmp_path: Pa
 
 _ROLLUP_SCRIPT = """
 import argparse, sys
-from capsem_core import sessions as S
+from capsem_core.cli import rollup as rollup_command
 from capsem_core.errors import LedgerError
-p = argparse.ArgumentParser(); S.add_rollup_arguments(p)
+p = argparse.ArgumentParser(); rollup_command.add_arguments(p)
 try:
-    sys.exit(S.run_rollup(p.parse_args(sys.argv[1:])))
+    sys.exit(rollup_command.run(p.parse_args(sys.argv[1:])))
 except LedgerError as exc:
     print(f"capsem-ledger rollup: {exc}", file=sys.stderr); sys.exit(1)
 """
-_SRC = Path(__file__).resolve().parent.parent / "src"
+_SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _unprivileged_python() -> list[str]:

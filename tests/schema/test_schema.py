@@ -13,7 +13,7 @@ import pytest
 from capsem_core import schema
 from capsem_core.errors import LedgerError, SchemaMismatch
 
-GOLDEN = Path(__file__).parent / "golden" / "schema_v2_catalog.json"
+GOLDEN = Path(__file__).parent.parent / "golden" / "schema_v2_catalog.json"
 HASH = "blake3:" + "ab" * 32
 CRED = "credential:blake3:" + "cd" * 32
 
@@ -550,7 +550,7 @@ def test_ready_does_the_same_work_on_a_large_ledger_as_on_a_small_one(tmp_path: 
 
 
 def write_golden() -> None:
-    """Regenerate the golden catalog (``python3 tests/test_schema.py --write-golden``); review the diff."""
+    """Regenerate the golden catalog (``python3 tests/schema/test_schema.py --write-golden``); review the diff."""
     conn = sqlite3.connect(":memory:")
     schema.create_schema(conn)
     got = catalog(conn)

@@ -1,0 +1,246 @@
+"""Listing sessions: main.db's rows newest first, filtered, each with where its ledger is and
+whether it is on disk, and the doctor's text and JSON forms of that list.
+
+The filters are SQL over main.db; ``--with-db`` is a look at the disk, applied before the
+limit without a stat per row of a large main.db (see ``list_sessions``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from capsem_core.cli.terminal import Style, sanitize
+from capsem_core.errors import LedgerError
+from capsem_core.paths import pair_on_disk
+from capsem_core.sessions import vmnames
+from capsem_core.sessions.home import Home, home_layout, is_session_word, session_word_problem
+from capsem_core.sessions.maindb import (
+    CREATED_AT_COLUMN, ID_COLUMN, LIST_COLUMNS, SessionRow, open_main_db, select_rows_sql,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    """The ``list`` filters, all joined with AND. ``with_db`` is applied before ``limit``."""
+
+    limit: int = 10
+    with_model: bool = False
+    with_db: bool = False
+    with_net: bool = False
+    with_tools: bool = False
+    min_cost: float = 0.0
+    status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSession:
+    """One listed row: main.db's columns, the VM name, the ledger directory and whether the
+    pair is on disk there."""
+
+    row: SessionRow
+    name: str | None
+    directory: Path | None
+    has_ledger: bool
+
+
+def _directory_names(root: Path) -> list[str]:
+    """Names of the real (not linked) subdirectories of ``root``, in one directory read
+    (d_type answers is_dir without a stat per entry on most filesystems). A name that is
+    not a session word can belong to no session, so it is left out."""
+    try:
+        with os.scandir(root) as entries:
+            return [e.name for e in entries if e.is_dir(follow_symlinks=False) and is_session_word(e.name)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise LedgerError(f"cannot list ledger directories: {exc}", root) from exc
+
+
+def _where(flt: ListFilter) -> tuple[list[str], list[object]]:
+    conds: list[str] = []
+    params: list[object] = []
+    if flt.with_model:
+        conds.append("(s.total_input_tokens + s.total_output_tokens) > 0")
+    if flt.with_net:
+        conds.append("s.total_requests > 0")
+    if flt.with_tools:
+        conds.append("s.total_tool_calls > 0")
+    if flt.min_cost > 0:
+        conds.append("s.total_estimated_cost >= ?")
+        params.append(float(flt.min_cost))
+    if flt.status is not None:
+        # '+': streaming the created_at index beats fetching every row of a common status
+        # through idx_sessions_status and sorting them.
+        conds.append("+s.status = ?")
+        params.append(flt.status)
+    return conds, params
+
+
+# How many of the newest matching rows --with-db checks one by one before it reads the
+# ledger directories instead: most lists end here, and a scan costs a directory read.
+_WITH_DB_PROBE_ROWS = 256
+
+
+def list_sessions(flt: ListFilter, *, home: Home | os.PathLike[str] | str | None = None) -> list[ListedSession]:
+    """Sessions of main.db, newest first, filtered, at most ``flt.limit`` of them.
+
+    ``with_db`` is applied before the limit. The newest matching rows are first checked on
+    disk one by one (a few ``lstat`` each); if that does not fill the list, both ledger
+    roots are read once and SQLite looks up the rows whose directory exists, older than the
+    last row checked, newest first."""
+    layout = home_layout(home)
+    path = layout.main_db
+    if not path.exists():
+        raise LedgerError(f"No main.db found at {path}")
+    if flt.limit <= 0:
+        return []
+    # Strings, not Paths: these are joined once per row.
+    sessions_root = str(layout.sessions_root)
+    persistent_root = str(layout.persistent_root)
+    links = vmnames.read_links(path)
+    by_id = vmnames.names_by_id(links)
+    conn, have = open_main_db(path, need=LIST_COLUMNS)
+    select = select_rows_sql(have)
+    out: list[ListedSession] = []
+    last: tuple[object, object] | None = None
+
+    def take(raw: Sequence[object]) -> bool:
+        """Add the row if it qualifies; True once the list is full."""
+        nonlocal last
+        last = (raw[CREATED_AT_COLUMN - 1], raw[ID_COLUMN - 1])
+        sid = raw[ID_COLUMN - 1]
+        name: str | None = None
+        directory: str | None = None
+        on_disk = False
+        if isinstance(sid, str) and session_word_problem(sid) is None:
+            name = by_id.get(sid)
+            if name is not None:
+                directory = persistent_root + "/" + name
+                on_disk = pair_on_disk(directory)
+            else:
+                directory = sessions_root + "/" + sid
+                on_disk = pair_on_disk(directory)
+                if not on_disk and pair_on_disk(persistent_root + "/" + sid):
+                    directory, name, on_disk = persistent_root + "/" + sid, sid, True
+        if flt.with_db and not on_disk:
+            return False
+        out.append(ListedSession(SessionRow.from_tuple(raw), name,
+                                 None if directory is None else Path(directory), on_disk))
+        return len(out) >= flt.limit
+
+    try:
+        conds, params = _where(flt)
+        order = " ORDER BY s.created_at DESC, s.id DESC"
+        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        probe = flt.limit if not flt.with_db else max(flt.limit, _WITH_DB_PROBE_ROWS)
+        seen = 0
+        for raw in conn.execute(f"{select}{where}{order} LIMIT ?", (*params, probe)):
+            seen += 1
+            if take(raw):
+                return out
+        if not flt.with_db or seen < probe or last is None:
+            return out
+        # Driven from the directories (key lookups, then a sort of those rows only), so the
+        # cost follows the ledgers on disk, not the size of main.db. A persistent directory
+        # stands for its linked id, or for itself when the VM is named by its id.
+        ids = set(_directory_names(layout.sessions_root))
+        ids.update(links.get(n, n) for n in _directory_names(layout.persistent_root))
+        rest = "".join(f" AND {c}" for c in conds) + " AND (+s.created_at, +s.id) < (?, ?)"
+        sql = f"{select} WHERE s.id IN (SELECT value FROM json_each(?)){rest}{order}"
+        for raw in conn.execute(sql, (json.dumps(sorted(ids)), *params, *last)):
+            if take(raw):
+                break
+        return out
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot list sessions: {exc}", path) from exc
+    finally:
+        conn.close()
+
+
+# --- the doctor's forms ----------------------------------------------------------------------
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_created(created_at: str | None) -> str:
+    """``MM-DD HH:MM:SS``; the first 16 characters of the raw text when it does not parse."""
+    raw = created_at or ""
+    try:
+        return _parse_time(raw).strftime("%m-%d %H:%M:%S")
+    except (ValueError, TypeError):
+        return raw[:16]
+
+
+def format_duration(created_at: str | None, stopped_at: str | None, status: str | None) -> str:
+    """``running`` / ``?`` without both times; else ``{s}s``, ``{m}m{s}s`` or ``{h}h{m}m``."""
+    if not stopped_at or not created_at:
+        return "running" if status == "running" else "?"
+    try:
+        s = int((_parse_time(stopped_at) - _parse_time(created_at)).total_seconds())
+    except (ValueError, TypeError, OverflowError):
+        return "?"
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s"
+    return f"{s // 3600}h{(s % 3600) // 60}m"
+
+
+LIST_FOOTER = "* = session.db on disk (queryable)"
+
+
+def list_header() -> str:
+    """The doctor's header, with the VM name as a trailing column."""
+    return (f"{'ID':<36}  {'Created':>16}  {'Dur':>6}  {'Cost':>7}  {'net':>5}  "
+            f"{'tokens':>7}  {'tool':>5}  {'fs':>5}  Name")
+
+
+def format_list_row(item: ListedSession) -> str:
+    """The doctor's row, then the name. main.db and ledgers are data, not trusted text:
+    every string from them goes through ``sanitize``, so no escape sequence reaches the
+    terminal."""
+    r = item.row
+    marker = "*" if item.has_ledger else " "
+    line = (f"{sanitize(r.id):<36}{marker} {sanitize(format_created(r.created_at)):>16}  "
+            f"{format_duration(r.created_at, r.stopped_at, r.status):>6}  "
+            f"${r.total_estimated_cost:>6.2f}  {r.total_requests:>5}  {r.total_tokens:>7}  "
+            f"{r.total_tool_calls:>5}  {r.total_file_events:>5}")
+    return f"{line}  {sanitize(item.name)}" if item.name else line
+
+
+def format_list(items: Sequence[ListedSession], colour: bool = False) -> list[str]:
+    """The text lines of ``list`` (header, rule, rows, blank, footer)."""
+    s = Style(colour)
+    header = list_header()
+    lines = [s("bold", header), s("dim", "-" * len(header))]
+    lines.extend(format_list_row(i) for i in items)
+    lines.extend(["", s("dim", LIST_FOOTER)])
+    return lines
+
+
+def listed_json(item: ListedSession) -> dict[str, object]:
+    """One ``list --json`` object: the doctor's main.db columns raw, the VM name, the
+    formatted cells, the ledger."""
+    r = item.row
+    obj: dict[str, object] = asdict(r)
+    obj["name"] = item.name
+    obj["total_tokens"] = r.total_tokens
+    obj["has_ledger"] = item.has_ledger
+    obj["ledger_dir"] = str(item.directory) if item.has_ledger and item.directory is not None else None
+    obj["formatted"] = {
+        "created": format_created(r.created_at),
+        "duration": format_duration(r.created_at, r.stopped_at, r.status),
+        "cost": f"${r.total_estimated_cost:.2f}",
+        "net": str(r.total_requests),
+        "tokens": str(r.total_tokens),
+        "tool": str(r.total_tool_calls),
+        "fs": str(r.total_file_events),
+    }
+    return obj
