@@ -42,6 +42,7 @@ import os
 import sqlite3
 import struct
 import urllib.parse
+from typing import Literal
 from dataclasses import dataclass
 
 from capsem_core.errors import LedgerError
@@ -90,6 +91,8 @@ class ReadPlan:
 
 # Paths stay strings here (os.path, not pathlib): this runs once per native scan, and
 # pathlib interns every path component it parses.
+# sqlite3's transaction modes: None is autocommit, DEFERRED what BEGIN means by default.
+IsolationLevel = Literal["DEFERRED", "EXCLUSIVE", "IMMEDIATE"] | None
 PathArg = os.PathLike[str] | str
 
 
@@ -192,7 +195,7 @@ def complete_plan(path: PathArg) -> ReadPlan:
 
 
 def connect_readonly(path: PathArg, *, plan: ReadPlan | None = None, allow_unread_wal: bool = False,
-                     isolation_level: str | None = "", check_same_thread: bool = False) -> sqlite3.Connection:
+                     isolation_level: IsolationLevel = "DEFERRED", check_same_thread: bool = False) -> sqlite3.Connection:
     """The one read-only connection: never creates or alters the file, query_only on.
 
     Raises LedgerError naming the file when SQLite cannot open it, and naming the -wal when
@@ -221,7 +224,7 @@ def connect_memory() -> sqlite3.Connection:
     return sqlite3.connect(":memory:")
 
 
-def connect_readwrite(path: PathArg, *, create: bool = False, isolation_level: str | None = None,
+def connect_readwrite(path: PathArg, *, create: bool = False, isolation_level: IsolationLevel = None,
                       check_same_thread: bool = True) -> sqlite3.Connection:
     """The one read-write connection (``create``: make the file when it is missing).
 

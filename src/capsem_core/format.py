@@ -117,7 +117,7 @@ def unpack_block_header(head: bytes, block_offset: int, path: os.PathLike[str] |
     _, codec, flags, reserved = _BLOCK_HEADER.unpack_from(head)
     if codec not in CODEC_NAMES or flags or reserved:
         raise UnsupportedCodec(f"block at offset {block_offset} uses unsupported codec {codec}", path)
-    return codec
+    return int(codec)
 
 
 def unpack_segment_header(head: bytes, at: int, expected_raw_start: int,
@@ -145,3 +145,37 @@ def body_hash_text(digest: bytes) -> str:
 def archive_path_for(db_path: os.PathLike[str] | str) -> Path:
     """``session.bodies`` beside ``session.db`` (the database path with suffix .bodies)."""
     return Path(db_path).with_suffix(".bodies")
+
+
+__all__ = [
+    "BLOCK_HEADER_BYTES",
+    "BLOCK_MAGIC",
+    "BODY_HASH_PREFIX",
+    "CODEC_DEFLATE",
+    "CODEC_NAMES",
+    "CODEC_ZSTD",
+    "DEFLATE_LEVEL",
+    "FILE_HEADER_BYTES",
+    "FILE_MAGIC",
+    "FORMAT_VERSION",
+    "MAX_BLOCK_AGE_SECONDS",
+    "MAX_BLOCK_RAW_BYTES",
+    "MAX_BODY_BLOB_BYTES",
+    "MAX_SEGMENT_EXPANSION",
+    "MIN_ARCHIVE_DEDUP_BYTES",
+    "SEGMENT_FINAL",
+    "SEGMENT_HEADER_BYTES",
+    "SEGMENT_MAGIC",
+    "SYNC_FLUSH_TAIL",
+    "SegmentHeader",
+    "TARGET_BLOCK_BYTES",
+    "ZSTD_LEVEL",
+    "archive_path_for",
+    "body_hash_text",
+    "check_file_header",
+    "pack_block_header",
+    "pack_file_header",
+    "pack_segment_header",
+    "unpack_block_header",
+    "unpack_segment_header",
+]

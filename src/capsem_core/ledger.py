@@ -15,12 +15,14 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from capsem_core import db, schema
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.errors import LedgerError, SymlinkRefused, WriterBusy
-from capsem_core.format import FILE_HEADER_BYTES, archive_path_for
+from capsem_core.format import FILE_HEADER_BYTES
+from capsem_core.paths import archive_path_for
 
 DB_NAME = "session.db"
 BODIES_NAME = "session.bodies"
@@ -146,7 +148,7 @@ class Ledger:
             self._live()
             self._ready.ready()
 
-    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple]:
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         self._live()
         try:
             return self._conn.execute(sql, params).fetchall()
@@ -224,7 +226,7 @@ class Ledger:
             raise LedgerError(f"query failed: {exc}", self.db_path) from None
 
     def verify(self, *, threads: int = 0,
-               progress: Callable[[int, int], None] | None = None) -> tuple[int, list]:
+               progress: Callable[[int, int], None] | None = None) -> tuple[int, list[_verify.Finding]]:
         """Every body read back through its segment and body hashes by the native kernel.
 
         Returns (verified_count, findings); damage is a finding, not an exception. A finding
@@ -267,7 +269,7 @@ class Ledger:
         tmp_db = dest / f".{DB_NAME}.copy-{os.getpid()}"
         tmp_bodies = dest / f".{BODIES_NAME}.copy-{os.getpid()}"
         try:
-            out = db.connect_readwrite(tmp_db, create=True, isolation_level="")
+            out = db.connect_readwrite(tmp_db, create=True, isolation_level="DEFERRED")
             try:
                 with self._lock:
                     self._conn.backup(out)

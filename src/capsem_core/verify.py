@@ -71,7 +71,7 @@ def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None
     ``conn`` (else a read-only connection to db_path; neither: rows are named by id)."""
     status = outcome.status
     failing = np.flatnonzero(status)
-    ids = np.asarray(bodies["id"])[failing] if len(failing) else []
+    ids: list[int] = np.asarray(bodies["id"])[failing].tolist() if len(failing) else []
     labels = _labels_of(ids, db_path, conn)
     blk = bodies["block_offset"]; off = bodies["body_offset"]; ln = bodies["body_len"]; dig = bodies["digest"]
     findings = []
