@@ -23,10 +23,11 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core import check, sample, sessions
+    from capsem_core import sample, sessions
+    from capsem_core.cli import check
 
     return (
-        ("check", "integrity report of one session's ledger", check.add_check_arguments, check.run_check),
+        ("check", "integrity report of one session's ledger", check.add_arguments, check.run),
         ("list", "recent sessions from main.db", sessions.add_list_arguments, sessions.run_list),
         ("rollup", "recompute a session's totals in main.db from its ledger", sessions.add_rollup_arguments,
          sessions.run_rollup),
