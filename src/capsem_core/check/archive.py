@@ -22,9 +22,10 @@ import numpy.typing as npt
 from capsem_core import db
 from capsem_core import index as _index
 from capsem_core._native import _archive, _errors
+from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
 from capsem_core.check.report import ERROR, CheckResult, Finding
 from capsem_core.errors import ArchiveError, LedgerError
-from capsem_core.format import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES, check_file_header
+from capsem_core.format import check_file_header
 
 BODY_INDEX_TABLES: tuple[str, ...] = ("body_blocks", "event_body_blobs")
 # The largest block offset or extent length the archive check does arithmetic on: any two

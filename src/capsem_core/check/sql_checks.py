@@ -42,6 +42,17 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
+def _present(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int], table: str,
+             result: CheckResult) -> tuple[set[str], int] | None:
+    """(columns, row count) of the one table a check reads, its count recorded in ``result``;
+    None, and the check skipped, when the ledger has no such table."""
+    if table not in tables:
+        result.skip(f"{table} is missing")
+        return None
+    result.counts[table] = row_counts[table]
+    return _columns(conn, table), row_counts[table]
+
+
 def _scalar(conn: sqlite3.Connection, sql: str, params: Sequence[Value] = ()) -> Value:
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
@@ -163,12 +174,10 @@ def check_provider_correlation(conn: sqlite3.Connection, tables: set[str], row_c
 
 def check_null_fields(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
                        result: CheckResult) -> None:
-    if "model_calls" not in tables:
-        result.skip("model_calls is missing")
+    present = _present(conn, tables, row_counts, "model_calls", result)
+    if present is None:
         return
-    columns = _columns(conn, "model_calls")
-    total = row_counts["model_calls"]
-    result.counts["model_calls"] = total
+    columns, total = present
     if total == 0:
         return
     # One pass over model_calls for all three counts.
@@ -187,12 +196,10 @@ def check_null_fields(conn: sqlite3.Connection, tables: set[str], row_counts: di
 
 def check_tool_usage(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
                       result: CheckResult) -> None:
-    if "tool_calls" not in tables:
-        result.skip("tool_calls is missing")
+    present = _present(conn, tables, row_counts, "tool_calls", result)
+    if present is None:
         return
-    columns = _columns(conn, "tool_calls")
-    total = row_counts["tool_calls"]
-    result.counts["tool_calls"] = total
+    columns, total = present
     if total and "origin" in columns:
         origins = conn.execute(
             "SELECT origin, COUNT(*) AS n FROM tool_calls GROUP BY origin ORDER BY n DESC, origin").fetchall()

@@ -22,7 +22,7 @@ from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
-from capsem_core.maindb import SessionRow
+from capsem_core.maindb import SessionRow, recent_sessions
 from capsem_core.paths import SESSION_DB
 
 RECENT_SESSIONS = 5
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         # explicit id or name without main.db, so main.db is only required for "latest".
         main_db = sessions.main_db_path()
         if not args.json and main_db.exists():
-            recent = sessions.recent_sessions(main_db, RECENT_SESSIONS)
+            recent = recent_sessions(main_db, RECENT_SESSIONS)
             if recent:
                 _print_sessions(recent, False, out_colour)
         try:
@@ -91,7 +91,7 @@ def _list_sessions(as_json: bool, out_colour: bool, err_colour: bool) -> int:
     main_db = sessions.main_db_path()
     if not main_db.exists():
         return _error(f"main.db not found at {main_db}", err_colour)
-    recent = sessions.recent_sessions(main_db, RECENT_SESSIONS)
+    recent = recent_sessions(main_db, RECENT_SESSIONS)
     if not recent:
         return _error("No sessions found", err_colour)
     if as_json:
