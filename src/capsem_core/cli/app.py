@@ -23,12 +23,13 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core import check, sample
+    from capsem_core import sample
+    from capsem_core.cli import check
     from capsem_core.cli import list as list_command
     from capsem_core.cli import rollup as rollup_command
 
     return (
-        ("check", "integrity report of one session's ledger", check.add_check_arguments, check.run_check),
+        ("check", "integrity report of one session's ledger", check.add_arguments, check.run),
         ("list", "recent sessions from main.db", list_command.add_arguments, list_command.run),
         ("rollup", "recompute a session's totals in main.db from its ledger", rollup_command.add_arguments,
          rollup_command.run),

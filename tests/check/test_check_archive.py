@@ -12,10 +12,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from tests.test_check import run_cli, sql, write_ledger
+from tests.check.test_check import run_cli, sql, write_ledger
 
 from capsem_core import check
-from capsem_core.check import check_ledger
+from capsem_core.check import check_ledger, sql_checks
 from capsem_core.format import SEGMENT_HEADER_BYTES, unpack_segment_header
 from capsem_core.sample import write_sample_ledger
 from capsem_core.writer import Body, LedgerWriter
@@ -287,7 +287,7 @@ def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Pat
 def test_the_sql_checks_read_one_snapshot_while_a_writer_commits(ledger: Path, monkeypatch) -> None:
     # A tool call committed after the row counts were taken must not show up in a later check
     # as unanswered (one read transaction for every SQL check).
-    count_tables = check._check_tables
+    count_tables = sql_checks.check_tables
 
     def count_then_commit(*args):
         out = count_tables(*args)
@@ -298,7 +298,7 @@ def test_the_sql_checks_read_one_snapshot_while_a_writer_commits(ledger: Path, m
                                     "duration_ms": 1, "trace_id": "trace-0001"})
         return out
 
-    monkeypatch.setattr(check, "_check_tables", count_then_commit)
+    monkeypatch.setattr(sql_checks, "check_tables", count_then_commit)
     report = check_ledger(ledger)
     lifecycle = report.checks["tool_lifecycle"]
     assert lifecycle.counts["tool_calls"] == report.checks["tables"].counts["tool_calls"] == 3

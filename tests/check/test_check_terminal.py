@@ -21,7 +21,7 @@ import tty
 from pathlib import Path
 
 import pytest
-from tests.test_check import TRACE, _bytes
+from tests.check.test_check import TRACE, _bytes
 
 from capsem_core import check
 from capsem_core.check import check_ledger, render_text
@@ -99,7 +99,7 @@ def hostile(tmp_path: Path) -> Path:
 def _damage_a_body_and_name_it_hostile(db: Path) -> str:
     """Flip a payload byte of the first segment and give the rows of its block a hostile
     event_id, so --verify-bodies prints findings that quote the ledger's values."""
-    from tests.test_check_archive import blocks, flip, segments
+    from tests.check.test_check_archive import blocks, flip, segments
 
     first, _, disk_len = blocks(db)[0]
     at, _, comp_len = segments(db.with_suffix(".bodies"), first, disk_len)[0]

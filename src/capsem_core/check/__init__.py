@@ -1,0 +1,52 @@
+"""The doctor's ``check`` report: every integrity check of one ledger, as data, text or JSON.
+
+``check_ledger`` runs the checks in the doctor's order (page integrity first, then tables and
+row counts, the body archive trusting neither the index nor the file, file-monitor overflow,
+tool lifecycle, AI-provider correlation, NULLs in critical fields, tool usage and previews,
+and on request every body read back through its hash) and returns a ``CheckReport``;
+``render_text`` and ``report_to_json`` turn it into the doctor's text or one stable JSON
+object. Whole-ledger work goes through SQL aggregates and the native index scans and verify
+kernel; nothing here makes a Python object per body.
+
+The house: ``report`` (the model and its JSON form), ``opening`` (opening a ledger for a
+check), ``sql_checks`` (what the tables say), ``archive`` (the body index against itself
+and the file), ``verify`` (the --verify-bodies step and its progress bar), ``run`` (the
+order, and what is skipped when) and ``render`` (the text). The command line is
+``capsem_core.cli.check``. The names below are the package's public API, as they were when
+it was one module.
+"""
+
+from __future__ import annotations
+
+from capsem_core.check.archive import BODY_INDEX_TABLES, MAX_EXTENT_BYTES
+from capsem_core.check.opening import READ_MMAP_BYTES, SQLITE_MAGIC
+from capsem_core.check.render import PREVIEW_CELL_CHARS, PROBLEMS_SHOWN, QUICK_CHECK_LINES_SHOWN, render_text
+from capsem_core.check.report import (
+    CHECKS,
+    ERROR,
+    FAIL,
+    JSON_FORMAT,
+    JSON_VERSION,
+    MAX_FINDINGS_PER_CHECK,
+    NOTE,
+    OK,
+    SKIPPED,
+    WARN,
+    WARNING,
+    CheckReport,
+    CheckResult,
+    Finding,
+    Table,
+    report_to_json,
+)
+from capsem_core.check.run import check_ledger
+from capsem_core.check.sql_checks import EXPECTED_TABLES, MODEL_NULL_CHECKS, PREVIEW_COLUMNS, PROVIDER_DOMAIN_PATTERNS
+from capsem_core.check.verify import ProgressCallback, VerifyProgressBar
+
+__all__ = [
+    "BODY_INDEX_TABLES", "CHECKS", "ERROR", "EXPECTED_TABLES", "FAIL", "JSON_FORMAT", "JSON_VERSION",
+    "MAX_EXTENT_BYTES", "MAX_FINDINGS_PER_CHECK", "MODEL_NULL_CHECKS", "NOTE", "OK", "PREVIEW_CELL_CHARS",
+    "PREVIEW_COLUMNS", "PROBLEMS_SHOWN", "PROVIDER_DOMAIN_PATTERNS", "QUICK_CHECK_LINES_SHOWN", "READ_MMAP_BYTES",
+    "SKIPPED", "SQLITE_MAGIC", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "ProgressCallback",
+    "Table", "VerifyProgressBar", "check_ledger", "render_text", "report_to_json",
+]

@@ -1,0 +1,220 @@
+"""The body archive check: the body index against itself and against session.bodies.
+
+Trusting neither the index nor the file, it bounds every body_blocks value before any sum
+(so no sum wraps int64), finds bodies naming no recorded block or running past their
+block's raw bytes, blocks inside the file header or overlapping each other, a missing,
+short or foreign archive, and walks every recorded extent's segment headers (nothing is
+inflated). Whole-index work is numpy over the native scans; nothing makes a Python object
+per body. ``BodyIndex`` is what --verify-bodies (``check/verify.py``) reuses.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from capsem_core import db
+from capsem_core import index as _index
+from capsem_core._native import _archive, _errors
+from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
+from capsem_core.check.report import ERROR, CheckResult, Finding
+from capsem_core.errors import ArchiveError, LedgerError
+from capsem_core.format import check_file_header
+
+BODY_INDEX_TABLES: tuple[str, ...] = ("body_blocks", "event_body_blobs")
+# The largest block offset or extent length the archive check does arithmetic on: any two
+# add up without wrapping int64, and no archive comes near it. A larger value is a finding.
+MAX_EXTENT_BYTES = (1 << 62) - 1
+# A native scan: column name -> array (see capsem_core.index).
+Scan = dict[str, Any]
+Column = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+
+@dataclass(slots=True)
+class BodyIndex:
+    """The body index as arrays (native scans): what the archive check and verify share."""
+
+    blocks: Scan   # block_offset, raw_len, disk_len; ordered by block_offset
+    bodies: Scan   # id, block_offset, body_offset, body_len, digest, hash_ok; archive order
+    archive_sound: bool = False
+
+
+def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
+                       result: CheckResult, plan: db.ReadPlan) -> BodyIndex | None:
+    """Fill ``result`` with every disagreement of the index with itself and with the file;
+    returns the scanned index (None without one), ``archive_sound`` when nothing was found."""
+    if not all(t in tables for t in BODY_INDEX_TABLES):
+        result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
+        return None
+    # A live writer may commit between any two of the reads below, and each read is its own
+    # snapshot. The body index only grows: rows are added (or replaced under new ids) and a
+    # block's extent and raw_len only grow, and a writer syncs a segment before committing
+    # the rows that name it. So read the bodies first, then the blocks, then the archive's
+    # size (and map it for --verify-bodies only after that): every body then names a block
+    # recorded at least as late as itself, whose extent holds it and lies inside the file.
+    # The other order sees a flush's bodies without its blocks: false damage.
+    bodies = _index.scan_bodies(db_path, plan=plan)
+    blocks = _index.scan_blocks(db_path, plan=plan)
+    index = BodyIndex(blocks, bodies)
+    k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
+    b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
+
+    # Every value is bounded before numpy adds it to another, so no sum can wrap int64: a
+    # block row out of bounds is its own finding and takes no part in the sums and walks below.
+    sane = _check_block_rows(k_off, k_raw, k_disk, result)
+    s_off, s_disk = k_off[sane], k_disk[sane]
+    s_end = s_off + s_disk
+    blocks_end = int(s_end.max()) if len(s_off) else 0
+    result.counts.update(bodies=int(len(b_blk)), blocks=int(len(k_off)), blocks_end=blocks_end,
+                         archive_bytes=None, extents_walked=0)
+
+    # The index against itself: every body names a recorded block and fits in its raw bytes.
+    slot = np.searchsorted(k_off, b_blk)
+    inside = slot < len(k_off)
+    recorded = np.zeros(len(b_blk), dtype=bool)
+    recorded[inside] = k_off[slot[inside]] == b_blk[inside]
+    dangling = int(len(b_blk) - np.count_nonzero(recorded))
+    if dangling:
+        result.add(Finding("dangling_block", ERROR,
+                           f"{dangling} bodies name a block body_blocks does not record", count=dangling))
+    in_bounds = (b_off >= 0) & (b_off <= MAX_BLOCK_RAW_BYTES) & (b_len >= 0) & (b_len <= MAX_BLOCK_RAW_BYTES)
+    stray = int(len(b_blk) - np.count_nonzero(in_bounds))
+    if stray:
+        result.add(Finding("span_out_of_range", ERROR,
+                           f"{stray} bodies record a span no block can hold (body_offset and body_len must "
+                           f"each lie in 0..{MAX_BLOCK_RAW_BYTES}, a block's most raw bytes)", count=stray))
+    fits = recorded & in_bounds
+    overruns = int(np.count_nonzero(b_off[fits] + b_len[fits] > k_raw[slot[fits]]))
+    if overruns:
+        result.add(Finding("body_past_raw_len", ERROR,
+                           f"{overruns} bodies run past the end of their block's raw bytes", count=overruns))
+
+    # The blocks against each other: none may start inside the file header or inside the
+    # extent of the block before it (the doctor does not look at this).
+    for i in np.flatnonzero(s_off < FILE_HEADER_BYTES).tolist():
+        off = int(s_off[i])
+        result.add(Finding("block_in_file_header", ERROR,
+                           f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
+                           location={"block_offset": off}))
+    for i in (np.flatnonzero(s_off[1:] < s_end[:-1]) + 1).tolist():
+        off, prev = int(s_off[i]), int(s_off[i - 1])
+        result.add(Finding("block_overlap", ERROR,
+                           f"block at offset {off} starts inside the block at offset {prev}, "
+                           f"which ends at {int(s_end[i - 1])}",
+                           location={"block_offset": off}))
+
+    # The file against the index.
+    try:
+        st = os.lstat(bodies_path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"cannot stat: {exc.strerror}", bodies_path) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        result.add(Finding("archive_not_regular", ERROR,
+                           f"session.bodies is {what}; a ledger's archive must be a regular file beside session.db"))
+        return index
+    size = None if st is None else st.st_size
+    if size is None:
+        if len(k_off) > 0:
+            result.add(Finding("archive_missing", ERROR,
+                               f"session.bodies is missing and {len(k_off)} blocks are recorded"))
+        return index
+    result.counts["archive_bytes"] = size
+    if size < blocks_end:
+        result.add(Finding("archive_short", ERROR,
+                           f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
+        return index
+    try:
+        with open(bodies_path, "rb") as f:
+            head = f.read(FILE_HEADER_BYTES)
+        check_file_header(head, bodies_path)
+    except LedgerError as exc:
+        result.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
+        return index
+    except OSError as exc:
+        raise LedgerError(f"cannot read: {exc.strerror}", bodies_path) from None
+    _walk_extents(index, sane, bodies_path, result)
+    index.archive_sound = result.findings_total == 0
+    return index
+
+
+def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: CheckResult) -> Mask:
+    """A finding for every body_blocks value outside its bounds; returns the mask of rows
+    within them. A block holds at most MAX_BLOCK_RAW_BYTES raw bytes; an offset or extent
+    length must lie in 0..MAX_EXTENT_BYTES, so any offset plus length fits in int64 (a value
+    in bounds but past the file's end is found against the file's size, not here)."""
+    bad_off = (k_off < 0) | (k_off > MAX_EXTENT_BYTES)
+    bad_raw = (k_raw < 0) | (k_raw > MAX_BLOCK_RAW_BYTES)
+    bad_disk = (k_disk < 0) | (k_disk > MAX_EXTENT_BYTES)
+    bad = bad_off | bad_raw | bad_disk
+    for i in np.flatnonzero(bad).tolist():
+        off = int(k_off[i])
+        if bad_off[i]:
+            where = "before the start of session.bodies" if off < 0 else "beyond the end of any archive"
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} starts {where} (block offsets lie in 0..{MAX_EXTENT_BYTES})",
+                               location={"block_offset": off}))
+        if bad_raw[i]:
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} records raw_len {int(k_raw[i])}, outside "
+                               f"0..{MAX_BLOCK_RAW_BYTES} (a block's most raw bytes)",
+                               location={"block_offset": off}))
+        if bad_disk[i]:
+            result.add(Finding("block_out_of_range", ERROR,
+                               f"block at offset {off} records disk_len {int(k_disk[i])}, outside "
+                               f"0..{MAX_EXTENT_BYTES}", location={"block_offset": off}))
+    return ~bad
+
+
+def _walk_extents(index: BodyIndex, sane: Mask, bodies_path: Path, result: CheckResult) -> None:
+    """Every recorded extent within bounds must be a well-formed segment chain ending exactly
+    at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
+    k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
+    walked = 0
+    with _archive.ArchiveReader(bodies_path) as reader:
+        for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
+            try:
+                _, seg_raw, _, _ = reader.walk_extent(off, disk_len)
+            except LedgerError as exc:
+                if not isinstance(exc, ArchiveError):
+                    raise
+                result.add(Finding("bad_extent", ERROR,
+                                   f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
+                                   location={"block_offset": off, "kind": kind_of(exc)}))
+                continue
+            walked += 1
+            if seg_raw != raw_len:
+                result.add(Finding("raw_len_mismatch", ERROR,
+                                   f"block at offset {off} records raw_len {raw_len} but its segments hold "
+                                   f"{seg_raw} raw bytes", location={"block_offset": off}))
+    result.counts["extents_walked"] = walked
+
+
+def _table_kinds() -> dict[str, str]:
+    """{exception class name: finding kind} from the native status table, whose first row
+    naming an exception gives its kind (the table owns every kind a check reports)."""
+    kinds: dict[str, str] = {}
+    for row in _errors.STATUSES:
+        if row.exception is not None:
+            kinds.setdefault(row.exception, row.kind)
+    return kinds
+
+
+_KINDS = _table_kinds()
+
+
+def kind_of(exc: ArchiveError) -> str:
+    """The finding kind of an archive error, as the status table words it."""
+    return _KINDS.get(type(exc).__name__, "archive")
+
+
+__all__ = ["BODY_INDEX_TABLES", "MAX_EXTENT_BYTES", "BodyIndex", "check_body_archive", "kind_of"]

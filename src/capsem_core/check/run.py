@@ -1,0 +1,127 @@
+"""Running the checks of one ledger: the doctor's order, and what is skipped when.
+
+``check_ledger`` opens the ledger (``opening.py``), runs ``PRAGMA quick_check`` on a thread of
+its own while the other checks read one snapshot on a second connection, throws their
+results away if the pages are damaged (the report then ends at page integrity, as the
+doctor's does), and runs --verify-bodies last, only when it is asked for and the archive
+check found the index and the file in agreement.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from capsem_core import db, schema
+from capsem_core.check import archive, opening, sql_checks
+from capsem_core.check import verify as _verify_step
+from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
+from capsem_core.check.verify import ProgressCallback
+from capsem_core.errors import LedgerError
+from capsem_core.paths import archive_path_for
+
+
+def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
+                 progress: ProgressCallback | None = None) -> CheckReport:
+    """Run every check on the ledger whose ``session.db`` is ``db_path``.
+
+    Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
+    unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
+    session.db or its directory is a symbolic link. A damaged ledger is not an error: it is a
+    report whose ``sound`` is False.
+    """
+    db_path = Path(db_path)
+    bodies_path = archive_path_for(db_path)
+    report = CheckReport(db_path=db_path, bodies_path=bodies_path, session=db_path.absolute().parent.name,
+                         rows=rows, verify_bodies=verify_bodies,
+                         checks={name: CheckResult(name, title) for name, title in CHECKS})
+    checks = report.checks
+    # A symlinked session.bodies stays a finding of the report (it is never read through);
+    # the CLI refuses it up front.
+    opening.refuse_symlinks(db_path, archive=False)
+    # One read-only decision (db.py's) for every connection of this check, native ones too.
+    plan = db.read_plan(db_path)
+    if plan.unread_wal is not None:
+        checks["tables"].add(Finding("wal_not_read", ERROR,
+                                     f"{plan.unread_wal.describe()}; every count below is of session.db alone "
+                                     "and misses those commits (copy the ledger with its -wal to writable "
+                                     "storage to check all of it)", count=plan.unread_wal.commits,
+                                     location={"file": str(plan.unread_wal.path)}))
+    conn = opening.open_read_only(db_path, plan)
+    pages_conn = opening.open_read_only(db_path, plan)
+    # quick_check is one long single-threaded pass over every page; the other checks run
+    # meanwhile on their own connection and are thrown away if it finds damage, so the
+    # report reads as if it had gone first (and a damaged file still ends it).
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capsem-quick-check")
+    pages = pool.submit(sql_checks.check_pages, pages_conn, checks["pages"])
+    try:
+        failure: LedgerError | None = None
+        try:
+            _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
+        except LedgerError as exc:
+            failure = exc
+        except sqlite3.Error as exc:
+            failure = LedgerError(_sqlite_message(exc), db_path)
+        try:
+            pages.result()
+        except sqlite3.Error as exc:
+            raise LedgerError(_sqlite_message(exc), db_path) from None
+        if checks["pages"].status == FAIL:
+            for name, title in CHECKS:
+                if name != "pages":
+                    checks[name] = CheckResult(name, title)
+                    checks[name].skip("the ledger's pages are damaged")
+            return report
+        if failure is not None:
+            raise failure
+    finally:
+        if not pages.done():
+            pages_conn.interrupt()
+        pool.shutdown(wait=True)
+        pages_conn.close()
+        conn.close()
+    return report
+
+
+def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
+                      progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
+    """Everything after page integrity, in the report's order."""
+    checks = report.checks
+    # The SQL checks share one read transaction: a writer committing meanwhile cannot make
+    # one count disagree with another (a response counted whose call was not, a total below
+    # its part). The body archive reads its own snapshots in the order it explains; the
+    # transaction ends before --verify-bodies, so a long verify keeps no snapshot open.
+    conn.execute("BEGIN")
+    try:
+        schema.check_schema(conn, db_path)  # refuse a ledger of another build
+        tables = sql_checks.table_names(conn)
+        row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
+        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan)
+        sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
+        sql_checks.check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
+        sql_checks.check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
+        sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
+        sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
+        sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    verify = checks["verify_bodies"]
+    if not report.verify_bodies:
+        verify.skip("not requested (--verify-bodies reads every body back through its hash)")
+    elif index is None or not index.archive_sound:
+        verify.skip("the body index and archive disagree; bodies are not read until they agree")
+    else:
+        _verify_step.verify_bodies(db_path, bodies_path, index, verify, progress)
+
+
+def _sqlite_message(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return f"{text} (another process holds a lock on the ledger; try again when it is idle)"
+    return text
+
+
+__all__ = ["check_ledger"]

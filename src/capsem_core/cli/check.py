@@ -1,0 +1,170 @@
+"""``capsem-ledger check``: which ledger to look at, the report, and the session lists.
+
+The command resolves its target (``--db PATH``, a SESSION id or name, or the latest session
+in main.db), refuses a ledger reached through a symbolic link before anything is opened,
+runs ``capsem_core.check.check_ledger`` (with a progress bar for --verify-bodies on a
+terminal) and prints the report as text or JSON. ``--list`` prints main.db's recent
+sessions instead; the text report starts with them too. Exit status: the report's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from capsem_core import sessions
+from capsem_core.check import VerifyProgressBar, check_ledger, render_text, report_to_json
+from capsem_core.check.opening import refuse_symlinks
+from capsem_core.check.report import Table, Value
+from capsem_core.cli.errors import UsageError
+from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
+from capsem_core.errors import LedgerError
+from capsem_core.maindb import SessionRow, recent_sessions
+from capsem_core.paths import SESSION_DB
+
+RECENT_SESSIONS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", nargs="?", metavar="SESSION",
+                        help="session id, or a named VM's name (default: the latest session in main.db)")
+    parser.add_argument("-n", "--rows", type=_non_negative, default=5, metavar="N",
+                        help="preview rows per table (default 5)")
+    parser.add_argument("--list", action="store_true",
+                        help="list recent sessions from main.db and exit (takes precedence over the other options)")
+    parser.add_argument("--db", type=Path, metavar="PATH",
+                        help="check this session.db, or the ledger directory holding it, directly (main.db is not "
+                             "read; not together with SESSION)")
+    parser.add_argument("--verify-bodies", action="store_true",
+                        help="also read every archived body back through its hash (skipped, and said so, when "
+                             "the index and the archive disagree)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object with the exact ledger values instead of the text report "
+                             "(whose ledger strings are escaped for the terminal)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage")
+
+
+def run(args: argparse.Namespace) -> int:
+    out_colour = not args.json and colour_wanted(sys.stdout)
+    err_colour = colour_wanted(sys.stderr)
+    if args.list:
+        return _list_sessions(args.json, out_colour, err_colour)
+
+    if args.db is not None:
+        if args.session is not None:
+            raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
+        db_path = _db_argument(args.db)
+    else:
+        # The doctor shows the recent sessions before resolving; the resolver itself finds an
+        # explicit id or name without main.db, so main.db is only required for "latest".
+        main_db = sessions.main_db_path()
+        if not args.json and main_db.exists():
+            recent = recent_sessions(main_db, RECENT_SESSIONS)
+            if recent:
+                _print_sessions(recent, False, out_colour)
+        try:
+            ref = sessions.resolve_session(args.session)
+        except LedgerError as exc:
+            message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
+            return _error(message + _db_hint(args.session), err_colour)
+        db_path = ref.db_path
+
+    refuse_symlinks(Path(db_path), archive=True)
+    bar = VerifyProgressBar() if args.verify_bodies and sys.stderr.isatty() else None
+    try:
+        report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar)
+    finally:
+        if bar is not None:
+            bar.end()
+    if args.json:
+        sys.stdout.write(report_to_json(report, strict=args.strict))
+    else:
+        sys.stdout.write(render_text(report, colour=out_colour))
+    return report.exit_code(args.strict)
+
+
+def _list_sessions(as_json: bool, out_colour: bool, err_colour: bool) -> int:
+    """--list: main.db's recent sessions, as a table or one JSON object."""
+    main_db = sessions.main_db_path()
+    if not main_db.exists():
+        return _error(f"main.db not found at {main_db}", err_colour)
+    recent = recent_sessions(main_db, RECENT_SESSIONS)
+    if not recent:
+        return _error("No sessions found", err_colour)
+    if as_json:
+        sys.stdout.write(json.dumps({"format": "capsem-ledger-sessions", "version": 1, "main_db": str(main_db),
+                                     "sessions": [_session_json(r) for r in recent]}, indent=2) + "\n")
+    else:
+        _print_sessions(recent, True, out_colour)
+    return 0
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the row count cannot be negative")
+    return value
+
+
+def _session_table(rows: Sequence[SessionRow], with_usage: bool) -> Table:
+    columns = ["id", "mode", "status", "created_at", "requests", "in_tokens", "out_tokens", "cost"]
+    if with_usage:
+        columns += ["tools", "files"]
+    out: list[list[Value]] = []
+    for r in rows:
+        # Strings from main.db are data, not trusted text (capsem_core.cli.terminal).
+        line: list[Value] = [sanitize(r.id), sanitize(r.mode), sanitize(r.status), sanitize(r.created_at),
+                             f"{r.allowed_requests}/{r.total_requests}",
+                             r.total_input_tokens, r.total_output_tokens, f"${r.total_estimated_cost:.4f}"]
+        if with_usage:
+            line += [r.total_tool_calls, r.total_file_events]
+        out.append(line)
+    return Table(columns, out)
+
+
+def _print_sessions(rows: Sequence[SessionRow], with_usage: bool, colour: bool) -> None:
+    s = Style(colour)
+    out = ["", s("bold", "Recent sessions:")]
+    table = _session_table(rows, with_usage)
+    render_table(out, s, table.columns, table.rows)
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _error(message: str, colour: bool) -> int:
+    print(Style(colour)("red", sanitize(message)), file=sys.stderr)
+    return 1
+
+
+def _db_argument(path: Path) -> Path:
+    """``--db`` names session.db, or the ledger directory holding it."""
+    return path / SESSION_DB if path.is_dir() else path
+
+
+def _db_hint(word: str | None) -> str:
+    """"; did you mean --db WORD?" when a SESSION word that resolved to nothing is a ledger
+    directory (or a session.db) on disk, else ""."""
+    if not word:
+        return ""
+    p = Path(word)
+    if (p / SESSION_DB).is_file() or (p.name == SESSION_DB and p.is_file()):
+        return f"; did you mean --db {word}?"
+    return ""
+
+
+def _session_json(row: SessionRow) -> dict[str, Value]:
+    # Capsem's main.db records no name: it comes from the run directory or capsem-core's sidecar.
+    return {"id": row.id, "name": sessions.vm_name(row.id), "mode": row.mode, "status": row.status,
+            "created_at": row.created_at, "stopped_at": row.stopped_at,
+            "total_requests": row.total_requests, "allowed_requests": row.allowed_requests,
+            "denied_requests": row.denied_requests, "total_input_tokens": row.total_input_tokens,
+            "total_output_tokens": row.total_output_tokens, "total_estimated_cost": row.total_estimated_cost,
+            "total_tool_calls": row.total_tool_calls, "total_file_events": row.total_file_events}
+
+
+__all__ = ["add_arguments", "run"]
