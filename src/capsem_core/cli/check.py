@@ -22,7 +22,7 @@ from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
-from capsem_core.maindb import SessionRow, recent_sessions
+from capsem_core.sessions.maindb import SessionRow, recent_sessions
 from capsem_core.paths import SESSION_DB
 
 RECENT_SESSIONS = 5
