@@ -23,15 +23,15 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core import check, sample, sessions
+    from capsem_core import check, sessions
+    from capsem_core.cli import sample
 
     return (
         ("check", "integrity report of one session's ledger", check.add_check_arguments, check.run_check),
         ("list", "recent sessions from main.db", sessions.add_list_arguments, sessions.run_list),
         ("rollup", "recompute a session's totals in main.db from its ledger", sessions.add_rollup_arguments,
          sessions.run_rollup),
-        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_sample_arguments,
-         sample.run_sample),
+        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_arguments, sample.run),
     )
 
 
