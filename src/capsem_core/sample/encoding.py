@@ -20,7 +20,7 @@ MAX_GENERATED_BODY = 8 * MIB
 # One encoder, made once: json.dumps with non-default options builds a new encoder per call.
 jdump: Callable[[object], str] = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 # A JSON string literal (quotes included) of a str.
-jstr: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+jstr: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def cap(s: str | None, n: int = PREVIEW_CAP) -> str | None:

@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-# As ``sess``: write_sample_home's ``sessions`` argument (how many) has the module's name.
-from capsem_core import sessions as sess
 from capsem_core.errors import LedgerError
+from capsem_core.maindb import create_main_db, mark_session, rollup
 from capsem_core.paths import SESSION_DB
 from capsem_core.sample.ledger import DEFAULT_START_TIME, SampleSummary, write_sample_ledger
 from capsem_core.sample.profiles import Mix
+from capsem_core.sessions import home_layout, register_session
 from capsem_core.writer import ledger_timestamp as ledger_time
 
 HomeCategory = Literal["stopped", "running", "crashed", "vacuumed", "persistent"]
 
 # The first five cover every kind of session; later ones repeat the common kinds.
-_HOME_FIRST: tuple[str, ...] = ("stopped", "persistent", "vacuumed", "running", "crashed")
-_HOME_CYCLE: tuple[str, ...] = ("stopped", "vacuumed", "stopped", "persistent", "crashed", "stopped", "running")
+_HOME_FIRST: tuple[HomeCategory, ...] = ("stopped", "persistent", "vacuumed", "running", "crashed")
+_HOME_CYCLE: tuple[HomeCategory, ...] = ("stopped", "vacuumed", "stopped", "persistent", "crashed", "stopped", "running")
 _VM_NAMES: tuple[str, ...] = ("co-work1", "code-vm1", "research-2", "data-lab", "review-box", "scratch-3")
 
 
@@ -77,13 +77,13 @@ def write_sample_home(home: os.PathLike[str] | str, *, seed: int = 0, sessions: 
     session (``bodies`` overrides)."""
     if sessions <= 0:
         raise ValueError("a sample home holds at least one session")
-    layout = sess.home_layout(Path(home))
+    layout = home_layout(Path(home))
     if os.path.lexists(layout.main_db):
         raise LedgerError("a main.db already exists here; refusing to overwrite it with a sample home",
                           layout.main_db)
     began = time.perf_counter()
     r = random.Random(f"sample home {seed}")
-    sess.create_main_db(layout.main_db)
+    create_main_db(layout.main_db)
     out: list[HomeSession] = []
     names = list(_VM_NAMES)
     persistent_seen = 0
@@ -102,8 +102,8 @@ def write_sample_home(home: os.PathLike[str] | str, *, seed: int = 0, sessions: 
             ledger_dir = layout.sessions_root / session_id
         created = t + r.uniform(0, 3600)
         created_at = ledger_time(created)
-        sess.register_session(layout.main_db, session_id, name=name, mode=r.choice(("cli", "cli", "gui")),
-                              status="running", created_at=created_at)
+        register_session(layout.main_db, session_id, name=name, mode=r.choice(("cli", "cli", "gui")),
+                         status="running", created_at=created_at)
         target = bodies if bodies is not None else r.randint(120, 480)
         summary = write_sample_ledger(ledger_dir, seed=seed * 1_000_003 + i, mix=mix, bodies=target,
                                       codec=codec, start_time=created)
@@ -111,13 +111,13 @@ def write_sample_home(home: os.PathLike[str] | str, *, seed: int = 0, sessions: 
         status, stopped_at, rolled = "running", None, False
         if category in ("stopped", "vacuumed") or (category == "persistent" and persistent_seen % 2 == 0):
             status, stopped_at = "stopped", ended_at
-            sess.mark_session(layout.main_db, session_id, status, ended_at)
-            sess.rollup(layout.main_db, session_id, ledger_dir / SESSION_DB)
+            mark_session(layout.main_db, session_id, status, ended_at)
+            rollup(layout.main_db, session_id, ledger_dir / SESSION_DB)
             rolled = True
         elif category == "crashed":
             # A crashed VM never ran its stop path, so nothing rolled its totals up.
             status, stopped_at = "crashed", ended_at
-            sess.mark_session(layout.main_db, session_id, status, ended_at)
+            mark_session(layout.main_db, session_id, status, ended_at)
         kept: Path | None = ledger_dir
         if category == "vacuumed":
             shutil.rmtree(ledger_dir)

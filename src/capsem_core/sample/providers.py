@@ -8,7 +8,7 @@ agent gives every tool kind; the JSON request, which carries the whole conversat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,14 +180,11 @@ class Conversation:
     def add_reply(self, reply: Reply, signature: str) -> None:
         n = self.prov.name
         if n == "anthropic":
-            parts = []
-            if reply.thinking:
-                parts.append(f'{{"type":"thinking","thinking":{jstr(reply.thinking)},"signature":"{signature}"}}')
-            if reply.text:
-                parts.append(f'{{"type":"text","text":{jstr(reply.text)}}}')
-            parts += [f'{{"type":"tool_use","id":"{u.call_id}","name":{jstr(u.name)},"input":{u.args_json}}}'
-                      for u in reply.uses]
-            self._add(f'{{"role":"assistant","content":[{",".join(parts)}]}}')
+            parts = _reply_parts(
+                reply, lambda t: f'{{"type":"thinking","thinking":{jstr(t)},"signature":"{signature}"}}',
+                lambda t: f'{{"type":"text","text":{jstr(t)}}}',
+                lambda u: f'{{"type":"tool_use","id":"{u.call_id}","name":{jstr(u.name)},"input":{u.args_json}}}')
+            self._add(f'{{"role":"assistant","content":[{parts}]}}')
         elif n == "openai":
             content = jstr(reply.text) if reply.text else "null"
             if reply.uses:
@@ -197,14 +194,9 @@ class Conversation:
             else:
                 self._add(f'{{"role":"assistant","content":{content}}}')
         else:
-            parts = []
-            if reply.thinking:
-                parts.append(f'{{"text":{jstr(reply.thinking)},"thought":true}}')
-            if reply.text:
-                parts.append(f'{{"text":{jstr(reply.text)}}}')
-            parts += [f'{{"functionCall":{{"id":"{u.call_id}","name":{jstr(u.name)},"args":{u.args_json}}}}}'
-                      for u in reply.uses]
-            self._add(f'{{"role":"model","parts":[{",".join(parts)}]}}')
+            parts = _reply_parts(reply, lambda t: f'{{"text":{jstr(t)},"thought":true}}',
+                                 lambda t: f'{{"text":{jstr(t)}}}', _google_call)
+            self._add(f'{{"role":"model","parts":[{parts}]}}')
 
     def add_results(self, results: Sequence[ToolResult]) -> None:
         n = self.prov.name
@@ -229,6 +221,21 @@ class Conversation:
                       "context. The conversation is summarized below:\n" + summary)
 
 
+def _reply_parts(reply: Reply, thinking: Callable[[str], str], text: Callable[[str], str],
+                 use: Callable[[ToolUse], str]) -> str:
+    """A reply's parts in history order (reasoning, text, tool calls), each in a provider's shape."""
+    parts = [thinking(reply.thinking)] if reply.thinking else []
+    if reply.text:
+        parts.append(text(reply.text))
+    parts += [use(u) for u in reply.uses]
+    return ",".join(parts)
+
+
+def _google_call(u: ToolUse) -> str:
+    """A Gemini functionCall part: the same in a request's history and in a streamed reply."""
+    return f'{{"functionCall":{{"id":"{u.call_id}","name":{jstr(u.name)},"args":{u.args_json}}}}}'
+
+
 def _pieces(s: str, width: int) -> list[str]:
     """``s`` in deltas of ``width`` characters, the way a provider streams it."""
     return [s[i:i + width] for i in range(0, len(s), width)] if s else []
@@ -248,34 +255,37 @@ def sse_anthropic(msg_id: str, model: str, usage: dict[str, int], reply: Reply, 
                   "output_tokens": 1, "service_tier": "standard"}}}
     ev(f"event: message_start\ndata: {jdump(start)}\n\n")
     idx = 0
-    if reply.thinking:
+
+    def block_start(block: str) -> None:
         ev(f'event: content_block_start\ndata: {{"type":"content_block_start","index":{idx},'
-           f'"content_block":{{"type":"thinking","thinking":""}}}}\n\n')
+           f'"content_block":{block}}}\n\n')
+
+    def delta(body: str) -> None:
+        ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},"delta":{body}}}\n\n')
+
+    def block_stop() -> None:
+        ev(f'event: content_block_stop\ndata: {{"type":"content_block_stop","index":{idx}}}\n\n')
+
+    if reply.thinking:
+        block_start('{"type":"thinking","thinking":""}')
         ev('event: ping\ndata: {"type": "ping"}\n\n')
         for p in _pieces(reply.thinking, width):
-            ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},'
-               f'"delta":{{"type":"thinking_delta","thinking":{jstr(p)}}}}}\n\n')
-        ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},'
-           f'"delta":{{"type":"signature_delta","signature":"{signature}"}}}}\n\n')
-        ev(f'event: content_block_stop\ndata: {{"type":"content_block_stop","index":{idx}}}\n\n')
+            delta(f'{{"type":"thinking_delta","thinking":{jstr(p)}}}')
+        delta(f'{{"type":"signature_delta","signature":"{signature}"}}')
+        block_stop()
         idx += 1
     if reply.text:
-        ev(f'event: content_block_start\ndata: {{"type":"content_block_start","index":{idx},'
-           f'"content_block":{{"type":"text","text":""}}}}\n\n')
+        block_start('{"type":"text","text":""}')
         for p in _pieces(reply.text, width):
-            ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},'
-               f'"delta":{{"type":"text_delta","text":{jstr(p)}}}}}\n\n')
-        ev(f'event: content_block_stop\ndata: {{"type":"content_block_stop","index":{idx}}}\n\n')
+            delta(f'{{"type":"text_delta","text":{jstr(p)}}}')
+        block_stop()
         idx += 1
     for u in reply.uses:
-        ev(f'event: content_block_start\ndata: {{"type":"content_block_start","index":{idx},'
-           f'"content_block":{{"type":"tool_use","id":"{u.call_id}","name":{jstr(u.name)},"input":{{}}}}}}\n\n')
-        ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},'
-           f'"delta":{{"type":"input_json_delta","partial_json":""}}}}\n\n')
+        block_start(f'{{"type":"tool_use","id":"{u.call_id}","name":{jstr(u.name)},"input":{{}}}}')
+        delta('{"type":"input_json_delta","partial_json":""}')
         for p in _pieces(u.args_json, width):
-            ev(f'event: content_block_delta\ndata: {{"type":"content_block_delta","index":{idx},'
-               f'"delta":{{"type":"input_json_delta","partial_json":{jstr(p)}}}}}\n\n')
-        ev(f'event: content_block_stop\ndata: {{"type":"content_block_stop","index":{idx}}}\n\n')
+            delta(f'{{"type":"input_json_delta","partial_json":{jstr(p)}}}')
+        block_stop()
         idx += 1
     ev(f'event: message_delta\ndata: {{"type":"message_delta","delta":{{"stop_reason":"{reply.stop_reason}",'
        f'"stop_sequence":null}},"usage":{{"output_tokens":{usage["output"]}}}}}\n\n')
@@ -328,8 +338,7 @@ def sse_google(response_id: str, model: str, usage: dict[str, int], reply: Reply
     for p in _pieces(reply.text or "", width):
         ev(f'data: {{"candidates":[{{"content":{{"parts":[{{"text":{jstr(p)}}}],"role":"model"}},'
            f'"index":0}}],{meta_run}}}\r\n\r\n')
-    calls = ",".join(f'{{"functionCall":{{"id":"{u.call_id}","name":{jstr(u.name)},"args":{u.args_json}}}}}'
-                     for u in reply.uses) or '{"text":""}'
+    calls = ",".join(_google_call(u) for u in reply.uses) or '{"text":""}'
     total = pin + usage["output"]
     ev(f'data: {{"candidates":[{{"content":{{"parts":[{calls}],"role":"model"}},"finishReason":'
        f'"{reply.stop_reason}","index":0}}],"usageMetadata":{{"promptTokenCount":{pin},'

@@ -5,7 +5,6 @@ chain of every event, and asks resolved by the user.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from capsem_core.sample.encoding import jdump
 from capsem_core.sample.events.recorder import Ctx, Recorder
@@ -13,7 +12,7 @@ from capsem_core.sample.pools import ALLOWED_DOMAINS, DENIED_DOMAINS
 from capsem_core.sample.providers import PROVIDERS
 
 # (rule id, action, detection level, what it matches) -- the policy a sample session runs under.
-RULES: dict[str, tuple[str, str, dict[str, Any]]] = {
+RULES: dict[str, tuple[str, str, dict[str, object]]] = {
     "net.allow.ai-providers": ("allow", "none", {"domain": [p.domain for p in PROVIDERS.values()]}),
     "net.allow.dev-registries": ("allow", "none", {"domain": list(ALLOWED_DOMAINS)}),
     "net.block.telemetry": ("block", "low", {"domain": list(DENIED_DOMAINS[:3])}),
