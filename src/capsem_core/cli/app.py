@@ -1,7 +1,7 @@
 """``capsem-ledger``: the subcommands, wired with explicit imports.
 
-Each command exposes ``add_<name>_arguments(parser)`` and ``run_<name>(args) -> int``; this
-module only wires them up and turns every failure into one line on stderr, never a
+Each command is a module of this package exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this module only wires them up and turns every failure into one line on stderr, never a
 traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
 contradict each other) is argparse's usage line and exit 2, Ctrl-C 130 and SIGTERM 143.
 Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
@@ -23,8 +23,7 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core import sample
-    from capsem_core.cli import check
+    from capsem_core.cli import check, sample
     from capsem_core.cli import list as list_command
     from capsem_core.cli import rollup as rollup_command
 
@@ -33,8 +32,7 @@ def _commands() -> tuple[Command, ...]:
         ("list", "recent sessions from main.db", list_command.add_arguments, list_command.run),
         ("rollup", "recompute a session's totals in main.db from its ledger", rollup_command.add_arguments,
          rollup_command.run),
-        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_sample_arguments,
-         sample.run_sample),
+        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_arguments, sample.run),
     )
 
 

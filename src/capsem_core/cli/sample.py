@@ -1,0 +1,116 @@
+"""``capsem-ledger sample``: write a realistic sample ledger, or a whole ``CAPSEM_HOME``.
+
+Parses the arguments, makes sure the target directory exists, calls ``write_sample_ledger``
+or ``write_sample_home`` and prints what they wrote. An interrupt leaves a partial sample
+whose ledgers check sound; the one line on stderr says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+import warnings
+from pathlib import Path
+
+from capsem_core.errors import LedgerError
+from capsem_core.sample import MIXES, parse_size, write_sample_home, write_sample_ledger
+from capsem_core.sample.units import MIB
+from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.terminal import sanitize
+
+
+def _size_arg(text: str) -> int:
+    """argparse type of --raw-bytes: a size such as 64M."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    """argparse type of a count that must be at least one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _prepare_directory(directory: Path) -> None:
+    """Make ``directory`` exist as a directory before anything is written into it. A path
+    that is a file, lies under a file or cannot be created is a LedgerError naming it."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"cannot be used as a directory: {exc.strerror}", directory) from None
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise LedgerError("exists and is not a directory; refusing to write a sample there", directory)
+        return
+    try:
+        os.makedirs(directory)
+    except OSError as exc:
+        raise LedgerError(f"cannot create the directory: {exc.strerror}", exc.filename or directory) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``capsem-ledger sample``."""
+    parser.add_argument("directory", metavar="DIR",
+                        help="ledger directory to write, created if missing (with --home: the CAPSEM_HOME to lay "
+                             "out); an existing ledger or main.db there is never overwritten")
+    parser.add_argument("--seed", type=int, default=0, help="generation seed (same seed, same bytes); default 0")
+    parser.add_argument("--mix", choices=MIXES, default="realistic",
+                        help="realistic sessions, many small bodies (100-300 B) or large bodies; default realistic")
+    parser.add_argument("--bodies", type=_positive_int, help="stop once this many bodies are written")
+    parser.add_argument("--raw-bytes", type=_size_arg, metavar="SIZE",
+                        help="stop once this many raw body bytes are written (e.g. 64M, 1G)")
+    parser.add_argument("--codec", choices=("deflate", "zstd"), default="deflate",
+                        help="archive codec; zstd is this project's extension, which Capsem cannot read")
+    parser.add_argument("--home", action="store_true",
+                        help="lay out a whole CAPSEM_HOME at DIR (main.db, ephemeral and persistent ledgers)")
+    parser.add_argument("--sessions", type=_positive_int, default=12, help="sessions in a --home layout; default 12")
+    parser.add_argument("--progress", action="store_true", help="report progress on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
+    if not args.directory:
+        raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")
+    if args.home and args.raw_bytes is not None:
+        raise UsageError("--raw-bytes applies to one ledger, not to --home")
+    _prepare_directory(Path(args.directory))
+    # The writers' warnings are shown after a normal run; after an interrupt the one line below
+    # says all there is to say (an interrupted writer takes its archive out of service).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            text = _write_sample(args)
+        except (KeyboardInterrupt, Terminated) as e:
+            code, what = (130, "interrupted") if isinstance(e, KeyboardInterrupt) else (143, "terminated")
+            print(f"capsem-ledger sample: {what}; {sanitize(args.directory)} holds a partial sample whose "
+                  "ledgers check sound (every body committed before the signal is whole)", file=sys.stderr)
+            return code
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    print(text)
+    return 0
+
+
+def _write_sample(args: argparse.Namespace) -> str:
+    """Write the sample and return its description."""
+    if args.home:
+        return write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
+                                 bodies=args.bodies, codec=args.codec).describe()
+
+    def progress(n: int, raw: int) -> None:
+        print(f"  ... {n:,} bodies, {raw / MIB:,.1f} MiB raw", file=sys.stderr, flush=True)
+
+    return write_sample_ledger(args.directory, seed=args.seed, mix=args.mix, bodies=args.bodies,
+                               raw_bytes=args.raw_bytes, codec=args.codec,
+                               progress=progress if args.progress else None).describe()
