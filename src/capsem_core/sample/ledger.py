@@ -95,7 +95,10 @@ def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix
     _refuse_existing(directory)
     began = time.perf_counter()
     clock_box: list[Session] = []
-    writer = LedgerWriter(directory, codec=codec, clock=lambda: clock_box[0].now, on_close=on_close)
+    # Until the session exists (an interrupt can land while it is built) the writer's clock is
+    # the session's start: a close on that path must not fail on an empty box.
+    writer = LedgerWriter(directory, codec=codec, on_close=on_close,
+                          clock=lambda: clock_box[0].now if clock_box else float(start_time))
     try:
         session = Session(writer, seed=seed, mix=mix, start_time=start_time, target_bodies=bodies,
                           target_raw=raw_bytes, progress=progress)
