@@ -61,15 +61,16 @@ def pair_on_disk(directory: PathArg) -> bool:
     return is_real_dir(d) and is_regular_file(d / SESSION_DB) and is_regular_file(d / SESSION_BODIES)
 
 
-def refuse_symlink(path: PathArg, what: str) -> None:
+def refuse_symlink(path: PathArg, what: str, *, message: str | None = None) -> None:
     """SymlinkRefused when ``path`` is a symbolic link; a missing or unreadable path passes
-    (the open that follows names that problem)."""
+    (the open that follows names that problem). ``message`` replaces the default wording
+    for callers whose refusal text is part of their documented behaviour (the writer's)."""
     try:
         link = stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
         return
     if link:
-        raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
+        raise SymlinkRefused(message or f"refusing a {what} that is a symbolic link", path)
 
 
 def require_regular_file(path: PathArg, what: str) -> None:
