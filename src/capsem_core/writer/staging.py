@@ -201,17 +201,8 @@ class Staging:
         """Write the open block's FINAL segment; the archive, or None if that retired it."""
         archive = self.archive
         assert archive is not None
-        try:
-            written = archive.close_block()
-            if written is not None:
-                self._record(written)
-            self._pending.rows_written = len(self._pending.body_rows)
-        except LedgerError as e:
-            self.retire(f"closing block {archive.block_offset} failed ({e.detail})")
+        if not self._cut(archive, archive.close_block, f"closing block {archive.block_offset}"):
             return None
-        except BaseException:
-            self._interrupted(archive)
-            raise
         self._block_spans.clear()
         self._block_opened_at = None
         return archive
@@ -225,17 +216,22 @@ class Staging:
                 self._close_every_flush or archive.wants_close or self._block_stale(now)):
             self.close_block()
             return
+        self._cut(archive, archive.flush_segment, "appending a segment")
+
+    def _cut(self, archive: BodyArchiveWriter, cut: Callable[[], SegmentWritten | None], what: str) -> bool:
+        """Run one segment cut and record it; False when its failure retired the archive."""
         try:
-            written = archive.flush_segment()
+            written = cut()
             if written is not None:
                 self._record(written)
             self._pending.rows_written = len(self._pending.body_rows)
         except LedgerError as e:
-            self.retire(f"appending a segment failed ({e.detail})")
-            return
+            self.retire(f"{what} failed ({e.detail})")
+            return False
         except BaseException:
             self._interrupted(archive)
             raise
+        return True
 
     def _record(self, written: SegmentWritten) -> None:
         """A segment is on disk: it needs a sync, then its block row joins the next commit."""
