@@ -106,7 +106,7 @@ def write_fixture(directory: Path, *, codec: str = "deflate", seed: int = 0, cou
     writer.flush()
     if keep_open:
         # Release the files as a killed writer would: the open block keeps no FINAL segment.
-        writer._archive.close()  # noqa: SLF001 - simulating a crash, not an API use
+        writer.archive.close()  # simulating a crash, not an API use
         writer._conn.close()  # noqa: SLF001
         os.close(writer._lock_fd)  # noqa: SLF001
         writer._closed = True  # noqa: SLF001

@@ -851,7 +851,7 @@ def test_a_second_writer_on_the_same_ledger_is_refused(tmp_path):
 
 
 def test_a_writer_in_another_process_holds_the_ledger(tmp_path):
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys

@@ -231,7 +231,7 @@ def test_sigint_and_sigterm_at_random_moments_never_damage_a_ledger(tmp_path: Pa
 
 if __name__ == "__main__":
     # Count the damage of the code under test without failing on the first ledger:
-    #   python tests/test_writer_interrupt_signals.py [SIGINTS SIGTERMS]
+    #   python tests/writer/test_writer_interrupt_signals.py [SIGINTS SIGTERMS]
     import tempfile
 
     args = [int(a) for a in sys.argv[1:3]] or [SIGINTS, SIGTERMS]

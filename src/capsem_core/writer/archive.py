@@ -23,7 +23,7 @@ import stat
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 import zstandard
 
@@ -42,6 +42,7 @@ from capsem_core.format import (
     ZSTD_LEVEL,
 )
 from capsem_core.errors import BlockFull, BodyTooLarge, LedgerError, SymlinkRefused, WriterPoisoned
+from capsem_core.paths import SESSION_BODIES, refuse_symlink
 
 __all__ = ["BodyArchiveWriter", "SegmentWritten", "ZSTD_WINDOW_LOG", "codec_id"]
 
@@ -67,6 +68,14 @@ class SegmentWritten(NamedTuple):
     raw_len: int
     disk_len: int
     closed: bool
+
+
+class Compressor(Protocol):
+    """What a block's stream compressor offers (zlib's compressobj and zstandard's alike)."""
+
+    def compress(self, data: bytes, /) -> bytes: ...
+
+    def flush(self, mode: int, /) -> bytes: ...
 
 
 def _zstd_compressor() -> zstandard.ZstdCompressor:
@@ -103,11 +112,7 @@ class BodyArchiveWriter:
 
     def _open(self) -> int:
         path = self._path
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                raise SymlinkRefused(f"archive path is a symlink: {path}", path)
-        except FileNotFoundError:
-            pass
+        refuse_symlink(path, SESSION_BODIES, message=f"archive path is a symlink: {path}")
         flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
                  | os.O_NONBLOCK)
         try:
@@ -141,7 +146,7 @@ class BodyArchiveWriter:
 
     def _forget_block(self) -> None:
         self._block_offset = -1
-        self._comp: Any = None
+        self._comp: Compressor | None = None
         self._block_raw = 0          # raw bytes staged into the open block
         self._written_raw = 0        # raw bytes of the open block already in segments
         self._block_disk = 0         # on-disk bytes of the open block already written
@@ -254,7 +259,7 @@ class BodyArchiveWriter:
             return None
         return self._write_segment(final=True)
 
-    def _new_compressor(self) -> Any:
+    def _new_compressor(self) -> Compressor:
         """A fresh compressor for a new block (a seam the interrupt tests wrap)."""
         if self._zstd is None:
             return zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
@@ -270,6 +275,7 @@ class BodyArchiveWriter:
             raw = pending[0] if len(pending) == 1 else b"".join(pending)
             raw_len = len(raw)
             comp = self._comp
+            assert comp is not None  # stage opened the block
             try:
                 payload = comp.compress(raw) + comp.flush(self._finish_mode if final else self._sync_mode)
             except (zlib.error, zstandard.ZstdError) as e:

@@ -28,7 +28,7 @@ import pytest
 from tests.reliability_helpers import net_row
 
 from capsem_core import format as fmt
-from capsem_core.archive_writer import BodyArchiveWriter
+from capsem_core.writer import BodyArchiveWriter
 from capsem_core.check import check_ledger
 from capsem_core.ledger import Ledger
 from capsem_core.writer import Body, LedgerWriter

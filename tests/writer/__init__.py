@@ -1,0 +1,1 @@
+"""The writer package's tests: the archive appender, the ledger writer, crashes, interrupts, concurrency."""
