@@ -4,8 +4,7 @@ This module gives the constants, the byte layout of the file, block and segment 
 (packing for the writer, bounds for everyone). The format constants are defined once, in
 the native headers (``_native/archive/archive_format.h``), and read here from the native
 archive module; tests/native/test_module_attributes.py checks them against the format's
-reference facts. The exceptions live in ``capsem_core.errors`` (re-exported here for
-callers that still import them from this module).
+reference facts. The exceptions live in ``capsem_core.errors``.
 """
 
 from __future__ import annotations
@@ -34,26 +33,7 @@ from capsem_core._native._archive import (
     SEGMENT_MAGIC,
     SYNC_FLUSH_TAIL,
 )
-from capsem_core.errors import (  # noqa: F401  (re-exported: the public home is capsem_core.errors)
-    ArchiveError,
-    BadBlockHeader,
-    BadFileHeader,
-    BadSegment,
-    BlockFull,
-    BodyHashMismatch,
-    BodyTooLarge,
-    InflateError,
-    IntegrityError,
-    LedgerError,
-    RefOutOfRange,
-    RowRejected,
-    SchemaMismatch,
-    SymlinkRefused,
-    TruncatedBlock,
-    UnsupportedCodec,
-    WriterBusy,
-    WriterPoisoned,
-)
+from capsem_core.errors import BadBlockHeader, BadFileHeader, BadSegment, TruncatedBlock, UnsupportedCodec
 
 CODEC_NAMES = {CODEC_DEFLATE: "deflate", CODEC_ZSTD: "zstd"}
 
