@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from typing import Any
 from capsem_core import db, schema
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
-from capsem_core.errors import LedgerError, SymlinkRefused, WriterBusy
+from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.format import FILE_HEADER_BYTES
-from capsem_core.paths import archive_path_for
+from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, require_regular_file
 
 DB_NAME = "session.db"
 BODIES_NAME = "session.bodies"
@@ -48,19 +47,6 @@ class BodyRecord:
     original_bytes: int
     truncated: bool
     data: bytes
-
-
-def _regular_file(path: Path, role: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise LedgerError(f"{role} is missing: a ledger is session.db and session.bodies together", path) from None
-    except OSError as exc:
-        raise LedgerError(f"cannot stat {role}: {exc.strerror}", path) from None
-    if stat.S_ISLNK(st.st_mode):
-        raise SymlinkRefused(f"{role} is a symlink; a ledger file must be a regular file", path)
-    if not stat.S_ISREG(st.st_mode):
-        raise LedgerError(f"{role} is not a regular file", path)
 
 
 def connect_readonly(db_path: Path) -> sqlite3.Connection:
@@ -93,8 +79,8 @@ class Ledger:
         self._closed = False
         self.db_path, self.bodies_path = ledger_paths(path)
         self.directory = self.db_path.parent
-        _regular_file(self.db_path, "session.db")
-        _regular_file(self.bodies_path, "session.bodies")
+        require_regular_file(self.db_path, SESSION_DB)
+        require_regular_file(self.bodies_path, SESSION_BODIES)
         # A -wal whose commits cannot be read here (read-only media, no -shm) is refused in
         # one line naming it: the main file alone would answer with a stale ledger.
         self._conn = db.connect_readonly(self.db_path)

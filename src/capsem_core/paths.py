@@ -87,7 +87,7 @@ def require_regular_file(path: PathArg, what: str) -> None:
     except OSError as exc:
         raise LedgerError(f"cannot stat {what}: {exc.strerror}", path) from None
     if stat.S_ISLNK(st.st_mode):
-        raise SymlinkRefused(f"refusing a {what} that is a symbolic link", path)
+        raise SymlinkRefused(f"{what} is a symlink; a ledger file must be a regular file", path)
     if not stat.S_ISREG(st.st_mode):
         raise LedgerError(f"{what} is not a regular file", path)
 

@@ -20,6 +20,7 @@ from capsem_core.check import VerifyProgressBar, check_ledger, render_text, repo
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import SessionRow, recent_sessions
@@ -31,7 +32,7 @@ RECENT_SESSIONS = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", nargs="?", metavar="SESSION",
                         help="session id, or a named VM's name (default: the latest session in main.db)")
-    parser.add_argument("-n", "--rows", type=_non_negative, default=5, metavar="N",
+    parser.add_argument("-n", "--rows", type=whole_number, default=5, metavar="N",
                         help="preview rows per table (default 5)")
     parser.add_argument("--list", action="store_true",
                         help="list recent sessions from main.db and exit (takes precedence over the other options)")
@@ -102,14 +103,6 @@ def _list_sessions(as_json: bool, out_colour: bool, err_colour: bool) -> int:
     return 0
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("the row count cannot be negative")
-    return value
 
 
 def _session_table(rows: Sequence[SessionRow], with_usage: bool) -> Table:

@@ -12,18 +12,11 @@ import math
 import sys
 from typing import TextIO
 
+from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.terminal import colour_wanted
 from capsem_core.sessions import ListFilter, format_list, home_layout, list_sessions, listed_json
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
 
 
 def _cost(text: str) -> float:
@@ -37,7 +30,7 @@ def _cost(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", type=_count, default=10, metavar="N", help="show at most N sessions (default 10)")
+    parser.add_argument("-n", type=whole_number, default=10, metavar="N", help="show at most N sessions (default 10)")
     parser.add_argument("--with-model", action="store_true", help="only sessions with AI model calls")
     parser.add_argument("--with-db", action="store_true",
                         help="only sessions whose ledger is still on disk (applied before -n)")
