@@ -218,8 +218,12 @@ def test_verify_reports_a_damaged_body_by_event_and_block(tmp_path: Path) -> Non
         verified, findings = ledger.verify(threads=1)
     assert verified == 7
     [finding] = findings
+    # A body-level record, not check's report Finding: the package has one class of that name.
+    from capsem_core import verify as _verify
+    assert type(finding) is _verify.BodyFault and not hasattr(_verify, "Finding")
     assert (finding.event_id, finding.source_table, finding.direction) == (_event_id(2), "net_events", "request")
     assert finding.block_offset == fmt.FILE_HEADER_BYTES
+    assert (finding.kind, finding.segment_offset) == ("body_hash", None)
 
 
 def test_a_text_span_in_the_index_is_a_ledger_error_naming_session_db(tmp_path: Path) -> None:

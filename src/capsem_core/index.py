@@ -2,12 +2,18 @@
 
 The native module takes an SQLite URI and a busy timeout; this module asks ``db`` for the
 read plan of a path (refusing a -wal whose commits it would miss, unless the caller passes
-its own plan) and hands the scan that plan's URI.
+its own plan) and hands the scan that plan's URI. A caller that already holds a connection
+to the file (``check``: its read transaction serves the SQL checks too) passes it as
+``conn``: the scan then runs on it, in that transaction, and opens nothing for a one-reader
+scan; the native module falls back to the URI when the connection is not one it can share
+(see ``_index.connection_shareable``). ``CAPSEM_CORE_SHARE_CONNECTION=0`` in the environment
+forces that fallback (a test compares the two paths' reports).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from typing import Any
 
 from capsem_core import db
@@ -26,21 +32,30 @@ def _existing(db_path: db.PathArg) -> str:
     return path
 
 
-def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | None = None) -> dict[str, Any]:
+def _shared(conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
+    return None if os.environ.get("CAPSEM_CORE_SHARE_CONNECTION") == "0" else conn
+
+
+def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | None = None,
+                conn: sqlite3.Connection | None = None) -> dict[str, Any]:
     """Every event_body_blobs row in archive order as arrays (see the native scan_bodies).
 
     plan: the ReadPlan to open with (default: ``db.complete_plan(db_path)``, which refuses a
-    -wal whose commits it cannot read)."""
+    -wal whose commits it cannot read). conn: the caller's connection to db_path, scanned
+    on (inside its transaction) when the native module can share it; the caller uses it
+    from no other thread until the scan returns."""
     if plan is None:
         plan = db.complete_plan(os.fsdecode(os.fspath(db_path)))
     path = _existing(db_path)
-    return _index.scan_bodies(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, threads=threads)
+    return _index.scan_bodies(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, threads=threads,
+                              conn=_shared(conn))
 
 
-def scan_blocks(db_path: db.PathArg, *, plan: db.ReadPlan | None = None) -> dict[str, Any]:
-    """Every body_blocks row ordered by block_offset (block_offset, raw_len, disk_len). plan:
-    as for scan_bodies."""
+def scan_blocks(db_path: db.PathArg, *, plan: db.ReadPlan | None = None,
+                conn: sqlite3.Connection | None = None) -> dict[str, Any]:
+    """Every body_blocks row ordered by block_offset (block_offset, raw_len, disk_len). plan,
+    conn: as for scan_bodies."""
     path = _existing(db_path)
     if plan is None:
         plan = db.complete_plan(path)
-    return _index.scan_blocks(plan.uri, busy_ms=db.busy_timeout_ms(), path=path)
+    return _index.scan_blocks(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, conn=_shared(conn))

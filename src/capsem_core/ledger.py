@@ -212,12 +212,13 @@ class Ledger:
             raise LedgerError(f"query failed: {exc}", self.db_path) from None
 
     def verify(self, *, threads: int = 0,
-               progress: Callable[[int, int], None] | None = None) -> tuple[int, list[_verify.Finding]]:
+               progress: Callable[[int, int], None] | None = None) -> tuple[int, list[_verify.BodyFault]]:
         """Every body read back through its segment and body hashes by the native kernel.
 
-        Returns (verified_count, findings); damage is a finding, not an exception. A finding
-        names event_id, source_table, direction, block offset and (where a segment is at
-        fault) segment offset. ``threads=0`` uses all cores; ``progress(bytes, bodies)`` is
+        Returns (verified_count, faults): one ``capsem_core.verify.BodyFault`` per body that
+        failed, in archive order; damage is a fault, not an exception. A fault names the
+        row's id, event_id, source_table and direction, its block offset, body offset and
+        length, (where a segment is at fault) the segment offset, a kind and a message. ``threads=0`` uses all cores; ``progress(bytes, bodies)`` is
         called a few times a second. Costs one pass over the index and inflating every
         block once. Raises LedgerError when the index cannot be read or the ledger is closed.
         """

@@ -2,8 +2,10 @@
 
 The native kernel (``_archive.verify_bodies``) reads every body back through its segment
 hashes and its own hash and returns raw outcomes; this module scans the index, runs it,
-and words each failure as a ``Finding`` labelled with the row's key, read through the
-caller's connection (or a read-only one of its own). ``Ledger.verify`` and ``check
+and words each failure as a ``BodyFault`` labelled with the row's key, read through the
+caller's connection (or a read-only one of its own). A BodyFault is one body's failure;
+``check`` turns each into a finding of its report (``capsem_core.check.report.Finding``,
+the package's one Finding type). ``Ledger.verify`` and ``check
 --verify-bodies`` both come here, so their findings are the same.
 """
 
@@ -22,11 +24,14 @@ from capsem_core._native import _archive, _errors
 from capsem_core.errors import LedgerError
 from capsem_core.format import archive_path_for, body_hash_text
 
-Finding = collections.namedtuple(
-    "Finding",
+BodyFault = collections.namedtuple(
+    "BodyFault",
     "row_id event_id source_table direction block_offset body_offset body_len segment_offset kind message")
-Finding.__doc__ = ("One body that did not read back through its hashes. segment_offset is the failing "
-                   "segment's file offset when known; message reads like the doctor's.")
+BodyFault.__doc__ = ("One body that did not read back through its hashes: its event_body_blobs rowid, "
+                     "event_id, source_table and direction (None when the row could not be labelled), "
+                     "block_offset, body_offset and body_len as indexed, segment_offset (the failing "
+                     "segment's file offset when a segment is at fault, else None), kind (the status "
+                     "table's kind, e.g. body_hash) and message (reads like the doctor's).")
 
 Labels = dict[int, tuple[str, str, str]]
 _LABEL_CHUNK = 900  # below SQLite's default limit of host parameters per statement
@@ -66,8 +71,8 @@ def _labels_of(ids: Sequence[int], db_path: db.PathArg | None, conn: sqlite3.Con
 
 
 def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None = None,
-                conn: sqlite3.Connection | None = None) -> list[Finding]:
-    """Findings for every body the kernel did not verify, in archive order, labelled through
+                conn: sqlite3.Connection | None = None) -> list[BodyFault]:
+    """A BodyFault for every body the kernel did not verify, in archive order, labelled through
     ``conn`` (else a read-only connection to db_path; neither: rows are named by id)."""
     status = outcome.status
     failing = np.flatnonzero(status)
@@ -94,7 +99,7 @@ def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None
                 if segment_offset != block:
                     text = _errors.IN_BLOCK_TEMPLATE.format(block=block, text=text)
         who = f"{event_id} {table}/{direction}" if event_id is not None else f"row {rid}"
-        findings.append(Finding(rid, event_id, table, direction, block, int(off[i]), int(ln[i]),
+        findings.append(BodyFault(rid, event_id, table, direction, block, int(off[i]), int(ln[i]),
                                 segment_offset, kind, f"{who}: {text}"))
     return findings
 
@@ -107,7 +112,7 @@ def verify_bodies(bodies_path: db.PathArg, blocks: dict[str, Any], bodies: dict[
 
 def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, threads: int = 0,
                   progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True, *,
-                  conn: sqlite3.Connection | None = None) -> tuple[int, list[Finding]]:
+                  conn: sqlite3.Connection | None = None) -> tuple[int, list[BodyFault]]:
     """Scan the body index of db_path and verify every body in bodies_path (default: the
     .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
     used by the index scan and by the verify workers alike; findings are labelled through

@@ -247,7 +247,8 @@ def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Pat
     from capsem_core._native import _archive
 
     flush = Flusher(ledger.parent)
-    scan_bodies, scan_blocks, verify_bodies = _index.scan_bodies, _index.scan_blocks, _archive.verify_bodies
+    # check's verify step runs the kernel on its archive reader's map (refreshed first).
+    scan_bodies, scan_blocks, verify_bodies = _index.scan_bodies, _index.scan_blocks, _archive.verify_bodies_with
     everywhere = where == "everywhere"
 
     def bodies(db, **kw):
@@ -271,7 +272,7 @@ def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Pat
 
     monkeypatch.setattr(_index, "scan_bodies", bodies)
     monkeypatch.setattr(_index, "scan_blocks", blocks_)
-    monkeypatch.setattr(_archive, "verify_bodies", verify)
+    monkeypatch.setattr(_archive, "verify_bodies_with", verify)
     try:
         for _ in range(3):
             report = check_ledger(ledger, verify_bodies=True)

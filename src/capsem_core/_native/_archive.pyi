@@ -66,3 +66,6 @@ class ArchiveReader:
 def verify_bodies(bodies_path: os.PathLike[str] | str, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
                   threads: int = 0, progress: Callable[[int, int], None] | None = None,
                   use_libdeflate: bool = True) -> VerifyOutcome: ...
+def verify_bodies_with(reader: ArchiveReader, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
+                       threads: int = 0, progress: Callable[[int, int], None] | None = None,
+                       use_libdeflate: bool = True) -> VerifyOutcome: ...

@@ -5,12 +5,15 @@ Trusting neither the index nor the file, it bounds every body_blocks value befor
 block's raw bytes, blocks inside the file header or overlapping each other, a missing,
 short or foreign archive, and walks every recorded extent's segment headers (nothing is
 inflated). Whole-index work is numpy over the native scans; nothing makes a Python object
-per body. ``BodyIndex`` is what --verify-bodies (``check/verify.py``) reuses.
+per body. ``BodyIndex`` is what --verify-bodies (``check/verify.py``) reuses, with the one
+ArchiveReader opened here (its open checks the file header; its map serves the extent walk
+and the verify kernel).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,6 @@ from capsem_core._native import _archive, _errors
 from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
 from capsem_core.check.report import ERROR, CheckResult, Finding
 from capsem_core.errors import ArchiveError, LedgerError
-from capsem_core.format import check_file_header
 
 BODY_INDEX_TABLES: tuple[str, ...] = ("body_blocks", "event_body_blobs")
 # The largest block offset or extent length the archive check does arithmetic on: any two
@@ -44,24 +46,36 @@ class BodyIndex:
     blocks: Scan   # block_offset, raw_len, disk_len; ordered by block_offset
     bodies: Scan   # id, block_offset, body_offset, body_len, digest, hash_ok; archive order
     archive_sound: bool = False
+    # The archive, opened once (None when it could not be: missing, irregular, short, foreign).
+    reader: _archive.ArchiveReader | None = None
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
 
 
 def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
-                       result: CheckResult, plan: db.ReadPlan) -> BodyIndex | None:
+                       result: CheckResult, plan: db.ReadPlan,
+                       conn: sqlite3.Connection | None = None) -> BodyIndex | None:
     """Fill ``result`` with every disagreement of the index with itself and with the file;
-    returns the scanned index (None without one), ``archive_sound`` when nothing was found."""
+    returns the scanned index (None without one), ``archive_sound`` when nothing was found.
+    ``conn``: the caller's connection to db_path, in the read transaction of its other
+    checks; the scans run on it (see ``capsem_core.index``). The index's reader, when one
+    was opened, is the caller's to close (``BodyIndex.close``)."""
     if not all(t in tables for t in BODY_INDEX_TABLES):
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
         return None
-    # A live writer may commit between any two of the reads below, and each read is its own
-    # snapshot. The body index only grows: rows are added (or replaced under new ids) and a
-    # block's extent and raw_len only grow, and a writer syncs a segment before committing
-    # the rows that name it. So read the bodies first, then the blocks, then the archive's
-    # size (and map it for --verify-bodies only after that): every body then names a block
-    # recorded at least as late as itself, whose extent holds it and lies inside the file.
-    # The other order sees a flush's bodies without its blocks: false damage.
-    bodies = _index.scan_bodies(db_path, plan=plan)
-    blocks = _index.scan_blocks(db_path, plan=plan)
+    # A live writer may commit meanwhile. With ``conn`` both scans read the caller's one
+    # snapshot, so the order below is moot; without it (the fallback) each scan is its own
+    # snapshot, and the order is what keeps them consistent: the body index only grows
+    # (rows are added or replaced under new ids, a block's extent and raw_len only grow) and
+    # a writer syncs a segment before committing the rows that name it, so bodies first, then
+    # blocks, then the archive's size: every body then names a block recorded at least as
+    # late as itself, whose extent holds it and lies inside the file. (The other order could
+    # see a flush's bodies without its blocks: false damage.)
+    bodies = _index.scan_bodies(db_path, plan=plan, conn=conn)
+    blocks = _index.scan_blocks(db_path, plan=plan, conn=conn)
     index = BodyIndex(blocks, bodies)
     k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
     b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
@@ -134,15 +148,13 @@ def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
                            f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
         return index
     try:
-        with open(bodies_path, "rb") as f:
-            head = f.read(FILE_HEADER_BYTES)
-        check_file_header(head, bodies_path)
-    except LedgerError as exc:
+        # The one open of session.bodies: the native open checks the file header.
+        reader = _archive.ArchiveReader(bodies_path)
+    except ArchiveError as exc:
         result.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
         return index
-    except OSError as exc:
-        raise LedgerError(f"cannot read: {exc.strerror}", bodies_path) from None
-    _walk_extents(index, sane, bodies_path, result)
+    index.reader = reader
+    _walk_extents(index, sane, reader, result)
     index.archive_sound = result.findings_total == 0
     return index
 
@@ -175,27 +187,26 @@ def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: Chec
     return ~bad
 
 
-def _walk_extents(index: BodyIndex, sane: Mask, bodies_path: Path, result: CheckResult) -> None:
+def _walk_extents(index: BodyIndex, sane: Mask, reader: _archive.ArchiveReader, result: CheckResult) -> None:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
     at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
     k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
     walked = 0
-    with _archive.ArchiveReader(bodies_path) as reader:
-        for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
-            try:
-                _, seg_raw, _, _ = reader.walk_extent(off, disk_len)
-            except LedgerError as exc:
-                if not isinstance(exc, ArchiveError):
-                    raise
-                result.add(Finding("bad_extent", ERROR,
-                                   f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
-                                   location={"block_offset": off, "kind": kind_of(exc)}))
-                continue
-            walked += 1
-            if seg_raw != raw_len:
-                result.add(Finding("raw_len_mismatch", ERROR,
-                                   f"block at offset {off} records raw_len {raw_len} but its segments hold "
-                                   f"{seg_raw} raw bytes", location={"block_offset": off}))
+    for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
+        try:
+            _, seg_raw, _, _ = reader.walk_extent(off, disk_len)
+        except LedgerError as exc:
+            if not isinstance(exc, ArchiveError):
+                raise
+            result.add(Finding("bad_extent", ERROR,
+                               f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
+                               location={"block_offset": off, "kind": kind_of(exc)}))
+            continue
+        walked += 1
+        if seg_raw != raw_len:
+            result.add(Finding("raw_len_mismatch", ERROR,
+                               f"block at offset {off} records raw_len {raw_len} but its segments hold "
+                               f"{seg_raw} raw bytes", location={"block_offset": off}))
     result.counts["extents_walked"] = walked
 
 

@@ -19,6 +19,7 @@ from capsem_core.errors import LedgerError
 from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, refuse_symlink
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_NOTADB = 26  # sqlite3.h: "file is not a database"
 READ_MMAP_BYTES = 1 << 31
 
 
@@ -37,7 +38,9 @@ def open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
     """A read-only connection to ``db_path`` after making sure it is a readable SQLite file.
 
     Everything that would otherwise surface as an odd sqlite3 message or a traceback (missing,
-    directory, unreadable, empty, foreign file) becomes a LedgerError naming the file.
+    directory, unreadable, empty, foreign file) becomes a LedgerError naming the file. The
+    file is opened once, by SQLite: a stat finds the missing, irregular and empty ones, and
+    SQLite's own header check (SQLITE_NOTADB on the first read) the foreign ones.
     """
     try:
         st = os.stat(db_path)
@@ -47,21 +50,35 @@ def open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
         raise LedgerError(f"cannot stat: {exc.strerror}", db_path) from None
     if not stat.S_ISREG(st.st_mode):
         raise LedgerError("not a regular file", db_path)
-    try:
-        with open(db_path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise LedgerError(f"cannot read: {exc.strerror}", db_path) from None
-    if not head:
+    if st.st_size == 0:
         raise LedgerError("empty file, not a session ledger", db_path)
-    if head != SQLITE_MAGIC:
-        raise LedgerError("not a SQLite database (the file does not start with the SQLite header)", db_path)
     # check reads what it can and reports an unread -wal itself (check_ledger).
     conn = db.connect_readonly(db_path, plan=plan, allow_unread_wal=True)
-    # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
-    # and the scans then skip a copy per page, about a tenth of quick_check's time.
-    conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
+    try:
+        # The first statement that reads page 1: SQLite checks the header's magic there, so a
+        # foreign file is named here without opening it a second time to read its first bytes.
+        conn.execute("PRAGMA schema_version").fetchone()
+        # Read pages through a memory map (SQLite still bounds-checks every page): quick_check
+        # and the scans then skip a copy per page, about a tenth of quick_check's time.
+        conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if _not_a_database(exc):
+            raise LedgerError("not a SQLite database (the file does not start with the SQLite header)",
+                              db_path) from None
+        raise LedgerError(str(exc), db_path) from None
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
+    """SQLITE_NOTADB: the file is not a database (its first 16 bytes are not the magic)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF == SQLITE_NOTADB)
+    return "file is not a database" in str(exc)
 
 
 __all__ = ["READ_MMAP_BYTES", "SQLITE_MAGIC", "open_read_only", "refuse_symlinks"]

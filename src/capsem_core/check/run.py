@@ -1,10 +1,12 @@
 """Running the checks of one ledger: the doctor's order, and what is skipped when.
 
 ``check_ledger`` opens the ledger (``opening.py``), runs ``PRAGMA quick_check`` on a thread of
-its own while the other checks read one snapshot on a second connection, throws their
-results away if the pages are damaged (the report then ends at page integrity, as the
-doctor's does), and runs --verify-bodies last, only when it is asked for and the archive
-check found the index and the file in agreement.
+its own while the other checks read one snapshot on a second connection (the SQL checks,
+the native index scans and the labels of --verify-bodies' findings, in one read
+transaction), throws their results away if the pages are damaged (the report then ends at
+page integrity, as the doctor's does), and runs --verify-bodies last, only when it is asked
+for and the archive check found the index and the file in agreement, on the archive reader
+that check opened.
 """
 
 from __future__ import annotations
@@ -89,32 +91,38 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                       progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
-    # The SQL checks share one read transaction: a writer committing meanwhile cannot make
-    # one count disagree with another (a response counted whose call was not, a total below
-    # its part). The body archive reads its own snapshots in the order it explains; the
-    # transaction ends before --verify-bodies, so a long verify keeps no snapshot open.
+    # One read transaction serves every read of session.db after quick_check: the SQL checks
+    # (a writer committing meanwhile cannot make one count disagree with another: a response
+    # counted whose call was not, a total below its part), the native index scans (on this
+    # connection, see capsem_core.index) and the labels of --verify-bodies' findings. It stays
+    # open through the verify, so while a long verify runs a live writer's WAL cannot be
+    # checkpointed past this snapshot (it is once the check ends); one snapshot is what lets
+    # every figure of the report describe the same ledger.
+    index: archive.BodyIndex | None = None
     conn.execute("BEGIN")
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
         tables = sql_checks.table_names(conn)
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
-        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan)
+        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn)
         sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
         sql_checks.check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
         sql_checks.check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
         sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
         sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
         sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+        verify = checks["verify_bodies"]
+        if not report.verify_bodies:
+            verify.skip("not requested (--verify-bodies reads every body back through its hash)")
+        elif index is None or not index.archive_sound or index.reader is None:
+            verify.skip("the body index and archive disagree; bodies are not read until they agree")
+        else:
+            _verify_step.verify_bodies(conn, db_path, index, verify, progress)
     finally:
+        if index is not None:
+            index.close()
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-    verify = checks["verify_bodies"]
-    if not report.verify_bodies:
-        verify.skip("not requested (--verify-bodies reads every body back through its hash)")
-    elif index is None or not index.archive_sound:
-        verify.skip("the body index and archive disagree; bodies are not read until they agree")
-    else:
-        _verify_step.verify_bodies(db_path, bodies_path, index, verify, progress)
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:

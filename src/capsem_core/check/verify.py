@@ -8,6 +8,7 @@ runs only when the archive check found the index and the file in agreement (``ru
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +29,12 @@ if TYPE_CHECKING:
 ProgressCallback = Callable[[int, int], None]
 
 
-def verify_bodies(db_path: Path, bodies_path: Path, index: BodyIndex, result: CheckResult,
+def verify_bodies(conn: sqlite3.Connection, db_path: Path, index: BodyIndex, result: CheckResult,
                   progress: ProgressCallback | None) -> None:
-    """Every body read back through its segments' hashes and its own (the native kernel)."""
+    """Every body read back through its segments' hashes and its own (the native kernel), on
+    the map of the archive check's reader; failing rows are labelled through ``conn`` (the
+    check's connection, in its read transaction)."""
+    assert index.reader is not None, "verify runs only on an archive the check opened"
     bodies = index.bodies
     total = int(len(bodies["id"]))
     result.counts.update(bodies=total, verified=0, body_bytes=int(bodies["body_len"].sum()) if total else 0)
@@ -40,11 +44,11 @@ def verify_bodies(db_path: Path, bodies_path: Path, index: BodyIndex, result: Ch
     if begin is not None:
         begin(result.counts["body_bytes"], total)
     try:
-        outcome = _archive.verify_bodies(bodies_path, index.blocks, bodies, progress=progress)
+        outcome = _archive.verify_bodies_with(index.reader, index.blocks, bodies, progress=progress)
     finally:
         if end is not None:
             end()
-    failures = _verify.findings_of(outcome, bodies, db_path)
+    failures = _verify.findings_of(outcome, bodies, db_path, conn)
     result.counts["verified"] = total - len(failures)
     for f in failures:
         location = {"event_id": f.event_id, "source_table": f.source_table, "direction": f.direction,

@@ -342,45 +342,86 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
     read ahead). use_libdeflate inflates each deflate segment with its own libdeflate call,
     falling back to the streaming reader on any failure; False streams every segment through
     zlib. Returns a VerifyOutcome; results are the same for any thread count.
-    progress(bytes_done, bodies_done) is called from this thread a few times per second."""
+    progress(bytes_done, bodies_done) is called from this thread a few times per second.
+    Opens and maps `bodies_path` for the call; verify_bodies_with uses a reader's map."""
     path = Path(os.fspath(bodies_path))
     cdef bytes cpath = os.fsencode(path)
-    b_blk = _i64(bodies["block_offset"]); b_off = _i64(bodies["body_offset"]); b_len = _i64(bodies["body_len"])
-    b_dig = np.ascontiguousarray(bodies["digest"], dtype=np.uint8).reshape(-1, 32)
-    b_ok = np.ascontiguousarray(bodies["hash_ok"], dtype=np.uint8)
-    k_blk = _i64(blocks["block_offset"]); k_disk = _i64(blocks["disk_len"])
-    cdef size_t n = b_blk.shape[0]
-    if not (b_off.shape[0] == b_len.shape[0] == b_dig.shape[0] == b_ok.shape[0] == n):
-        raise ValueError("body arrays differ in length")
-    if k_blk.shape[0] != k_disk.shape[0]:
-        raise ValueError("block arrays differ in length")
-    if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:-1]):
-        order = np.argsort(k_blk, kind="stable")
-        k_blk = k_blk[order]; k_disk = k_disk[order]
-    status = np.zeros(n, np.uint8)
-    err_index = np.full(n, -1, np.int32)
-    got = np.zeros((n, 32), np.uint8)
-    if n == 0:
-        return VerifyOutcome(status, err_index, got, [])
-
+    cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
+    if arrays.n == 0:
+        return arrays.outcome([])
     cdef capsem_archive_file f
     f.fd = -1
     f.map = NULL
     f.size = 0
     _open_archive(&f, path, cpath)
-    cdef const int64_t[::1] vb = b_blk, vo = b_off, vl = b_len, kb = k_blk, kd = k_disk
-    cdef const uint8_t[:, ::1] vd = b_dig
-    cdef const uint8_t[::1] vk = b_ok
-    cdef uint8_t[::1] vs = status
-    cdef int32_t[::1] ve = err_index
-    cdef uint8_t[:, ::1] vg = got
+    try:
+        return _run_kernel(&f, arrays, threads, progress, use_libdeflate)
+    finally:
+        capsem_file_close(&f)
+
+
+def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int threads=0, progress=None,
+                       bint use_libdeflate=True):
+    """verify_bodies over the map of an open ArchiveReader (its file header already checked
+    at open): the archive is not opened again. The map is first refreshed to the file's
+    size; the reader is busy meanwhile (any other use of it raises RuntimeError)."""
+    cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
+    reader._check_open()
+    if arrays.n == 0:
+        return arrays.outcome([])
+    reader._refresh()
+    reader.busy = True
+    try:
+        return _run_kernel(&reader.f, arrays, threads, progress, use_libdeflate)
+    finally:
+        reader.busy = False
+
+
+cdef class _VerifyArrays:
+    """The kernel's inputs as contiguous arrays (checked for equal lengths, blocks in offset
+    order) and its output arrays."""
+    cdef object b_blk, b_off, b_len, b_dig, b_ok, k_blk, k_disk
+    cdef object status, err_index, got
+    cdef size_t n
+
+    def __cinit__(self, blocks, bodies):
+        self.b_blk = _i64(bodies["block_offset"]); self.b_off = _i64(bodies["body_offset"])
+        self.b_len = _i64(bodies["body_len"])
+        self.b_dig = np.ascontiguousarray(bodies["digest"], dtype=np.uint8).reshape(-1, 32)
+        self.b_ok = np.ascontiguousarray(bodies["hash_ok"], dtype=np.uint8)
+        k_blk = _i64(blocks["block_offset"]); k_disk = _i64(blocks["disk_len"])
+        self.n = self.b_blk.shape[0]
+        if not (self.b_off.shape[0] == self.b_len.shape[0] == self.b_dig.shape[0] == self.b_ok.shape[0] == self.n):
+            raise ValueError("body arrays differ in length")
+        if k_blk.shape[0] != k_disk.shape[0]:
+            raise ValueError("block arrays differ in length")
+        if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:-1]):
+            order = np.argsort(k_blk, kind="stable")
+            k_blk = k_blk[order]; k_disk = k_disk[order]
+        self.k_blk = k_blk; self.k_disk = k_disk
+        self.status = np.zeros(self.n, np.uint8)
+        self.err_index = np.full(self.n, -1, np.int32)
+        self.got = np.zeros((self.n, 32), np.uint8)
+
+    cdef object outcome(self, list errors):
+        return VerifyOutcome(self.status, self.err_index, self.got, errors)
+
+
+cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, progress, bint use_libdeflate):
+    """The kernel over the map f (a fixed view: it never reads past f.size)."""
+    cdef const int64_t[::1] vb = a.b_blk, vo = a.b_off, vl = a.b_len, kb = a.k_blk, kd = a.k_disk
+    cdef const uint8_t[:, ::1] vd = a.b_dig
+    cdef const uint8_t[::1] vk = a.b_ok
+    cdef uint8_t[::1] vs = a.status
+    cdef int32_t[::1] ve = a.err_index
+    cdef uint8_t[:, ::1] vg = a.got
     cdef capsem_verify_spec spec
     spec.base = f.map
     spec.size = f.size
     spec.nblocks = kb.shape[0]
     spec.blk_offset = &kb[0] if kb.shape[0] else NULL
     spec.blk_disk_len = &kd[0] if kd.shape[0] else NULL
-    spec.nbodies = n
+    spec.nbodies = a.n
     spec.block_offset = &vb[0]
     spec.body_offset = &vo[0]
     spec.body_len = &vl[0]
@@ -422,5 +463,4 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
     finally:
         if job != NULL:
             capsem_verify_free(job)
-        capsem_file_close(&f)
-    return VerifyOutcome(status, err_index, got, errors)
+    return a.outcome(errors)

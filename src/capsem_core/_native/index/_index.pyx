@@ -9,6 +9,12 @@ imports nothing from the Python layer.
 """
 
 import os
+import sys
+
+# The interpreter's SQLite extension itself (sqlite3 re-exports it): its Connection type is
+# the one whose C layout _shareable_handle reads, and its file tells which libsqlite3 made
+# the handle. No SQL runs through it here.
+import _sqlite3
 
 import numpy as np
 cimport numpy as cnp
@@ -23,6 +29,35 @@ cdef extern from "sqlite3.h" nogil:
     const char *sqlite3_libversion()
     const char *sqlite3_sourceid()
     int SQLITE_OK
+
+cdef extern from "sqlite3.h":
+    ctypedef struct sqlite3_db "sqlite3":
+        pass
+    const char *sqlite3_db_filename(sqlite3_db *db, const char *name)
+
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    #include <sqlite3.h>
+    /* The head of CPython's pysqlite_Connection (Modules/_sqlite/connection.h, the same in
+     * 3.10 to 3.13): PyObject_HEAD, then the sqlite3 handle, NULL once the connection is
+     * closed. Read only for an object whose type is exactly sqlite3.Connection. */
+    typedef struct { PyObject_HEAD sqlite3 *db; } capsem_pysqlite_head;
+    static sqlite3 *capsem_pysqlite_db(PyObject *conn) { return ((capsem_pysqlite_head *)conn)->db; }
+    /* 1 when the shared object at module_path (already loaded: the interpreter's _sqlite3)
+     * resolves sqlite3_libversion to the very function this module calls, so a handle it
+     * made is one this module's libsqlite3 may use. 0 otherwise (another copy, a static
+     * build, a module that is not a shared object). */
+    static int capsem_same_libsqlite3(const char *module_path) {
+        void *h = dlopen(module_path, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) return 0;
+        void *theirs = dlsym(h, "sqlite3_libversion");
+        dlclose(h);
+        return theirs != NULL && theirs == (void *)&sqlite3_libversion;
+    }
+    """
+    sqlite3_db *capsem_pysqlite_db(object conn)
+    int capsem_same_libsqlite3(const char *module_path)
 
 cdef extern from "body_hash.h" nogil:
     int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
@@ -46,6 +81,7 @@ cdef extern from "index_scan.h" nogil:
         int64_t *raw_len
         int64_t *disk_len
     int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen)
+    int capsem_index_borrow(sqlite3_db *db, int busy_ms, capsem_index **out, char *err, size_t errlen)
     void capsem_index_close(capsem_index *ix)
     int capsem_index_count(capsem_index *ix, const char *table, int64_t *n, char *err, size_t errlen)
     int capsem_index_fill_bodies(capsem_index *ix, capsem_body_rows *rows, size_t start, size_t cap,
@@ -77,27 +113,93 @@ def sqlite_source_id():
     return sqlite3_sourceid().decode()
 
 
+# The CPython versions whose pysqlite_Connection layout capsem_pysqlite_db reads.
+_LAYOUT_VERSIONS = ((3, 10), (3, 13))
+cdef int _one_libsqlite3 = -1  # unknown, then 0 or 1 (the process's libraries do not change)
+
+
+cdef bint _same_libsqlite3():
+    global _one_libsqlite3
+    if _one_libsqlite3 < 0:
+        try:
+            where = os.fsencode(_sqlite3.__file__)
+        except (ImportError, AttributeError, TypeError):
+            _one_libsqlite3 = 0
+        else:
+            _one_libsqlite3 = capsem_same_libsqlite3(where)
+    return _one_libsqlite3 == 1
+
+
+cdef sqlite3_db *_shareable_handle(conn, path) except? NULL:
+    """The sqlite3 handle of ``conn`` when a scan may run on it, else NULL: conn is exactly a
+    sqlite3.Connection of a CPython whose layout is known, open, made by the libsqlite3 this
+    module links, and connected to the file at ``path`` (its "main" database, compared
+    after resolving both paths)."""
+    if conn is None or type(conn) is not _sqlite3.Connection or path is None:
+        return NULL
+    if not (_LAYOUT_VERSIONS[0] <= sys.version_info[:2] <= _LAYOUT_VERSIONS[1]):
+        return NULL
+    if sys.implementation.name != "cpython" or not _same_libsqlite3():
+        return NULL
+    try:
+        conn.total_changes  # ProgrammingError once closed
+    except _sqlite3.ProgrammingError:
+        return NULL
+    cdef sqlite3_db *db = capsem_pysqlite_db(conn)
+    if db == NULL:
+        return NULL
+    cdef const char *name = sqlite3_db_filename(db, b"main")
+    if name == NULL or name[0] == 0:
+        return NULL
+    try:
+        same = os.path.realpath(os.fsdecode(<bytes>name)) == os.path.realpath(os.fsdecode(os.fspath(path)))
+    except (OSError, ValueError):
+        return NULL
+    return db if same else NULL
+
+
+def connection_shareable(conn, path):
+    """True when a scan given ``conn`` for the database at ``path`` runs on conn itself
+    (inside its read transaction) rather than on a connection of its own."""
+    return _shareable_handle(conn, path) != NULL
+
+
 cdef object _index_error(path, int code, char *err):
     return _errors.error(code, path, detail=err.decode("utf-8", "replace"))
 
 
 cdef class _Scan:
     """One read transaction on session.db (closed on exit), opened with the URI and busy
-    timeout the caller chose (the same read-only decision as every Python connection). ``path`` names the database in errors."""
+    timeout the caller chose (the same read-only decision as every Python connection), or
+    on the caller's connection ``conn`` when it is shareable (see _shareable_handle): then
+    inside conn's read transaction, and conn stays open. The caller uses conn from no other
+    thread until the scan returns (the GIL is released while stepping). ``path`` names the
+    database in errors; the URI still opens the extra readers of a parallel body scan."""
     cdef capsem_index *ix
     cdef object path
+    cdef object conn  # held so the connection outlives the scan
+    cdef readonly bint borrowed
     cdef bytes curi
     cdef char err[256]
 
-    def __cinit__(self, str uri, int busy_ms, path):
+    def __cinit__(self, str uri, int busy_ms, path, conn=None):
         self.ix = NULL
         self.path = path
+        self.conn = None
+        self.borrowed = False
         self.err[0] = 0
         cdef int rc
         self.curi = uri.encode()
         cdef const char *p = self.curi
-        with nogil:
-            rc = capsem_index_open(p, busy_ms, &self.ix, self.err, sizeof(self.err))
+        cdef sqlite3_db *db = _shareable_handle(conn, path)
+        if db != NULL:
+            self.conn = conn
+            self.borrowed = True
+            with nogil:
+                rc = capsem_index_borrow(db, busy_ms, &self.ix, self.err, sizeof(self.err))
+        else:
+            with nogil:
+                rc = capsem_index_open(p, busy_ms, &self.ix, self.err, sizeof(self.err))
         if rc != SQLITE_OK:
             raise _index_error(self.path, CAPSEM_R_INDEX_OPEN, self.err)
 
@@ -218,7 +320,7 @@ cdef object _scan_parallel(_Scan scan, size_t count, int64_t lo, int64_t hi, int
         free(ranges)
 
 
-def scan_bodies(str uri, *, int busy_ms, path=None, int threads=0):
+def scan_bodies(str uri, *, int busy_ms, path=None, int threads=0, conn=None):
     """Every event_body_blobs row of the database at ``uri`` (an SQLite URI) in archive order
     as arrays: id, block_offset, body_offset, body_len (int64), digest ((n, 32) uint8,
     decoded from body_hash) and hash_ok (bool: False where body_hash is not "blake3:" + 64
@@ -233,8 +335,14 @@ def scan_bodies(str uri, *, int busy_ms, path=None, int threads=0):
     first snapshot's rows (an index rewritten in place while it is scanned could mix
     snapshots; a ledger's never is). Rowids spread over more than twice the row count
     (hand-edited or hostile indexes), or a column declared under a rowid alias, are scanned
-    on one connection, so the arrays are never sized by the rowid span."""
-    cdef _Scan scan = _Scan(uri, busy_ms, path)
+    on one connection, so the arrays are never sized by the rowid span.
+
+    conn: the caller's open sqlite3.Connection to the database at ``path``; when it is
+    shareable (connection_shareable) the first reader scans on it, inside its read
+    transaction, and the bounds above are taken in that transaction, so the extra readers
+    (each on a connection of its own) read no row newer than the caller's snapshot.
+    Otherwise the first reader opens ``uri`` as well."""
+    cdef _Scan scan = _Scan(uri, busy_ms, path, conn)
     cdef size_t count = <size_t>scan.count(b"event_body_blobs")
     cdef int64_t lo = 0, hi = 0
     cdef int empty = 0
@@ -281,10 +389,10 @@ def _archive_order(dict rows):
     return {k: np.take(v, order, axis=0) for k, v in rows.items()}
 
 
-def scan_blocks(str uri, *, int busy_ms, path=None):
+def scan_blocks(str uri, *, int busy_ms, path=None, conn=None):
     """Every body_blocks row ordered by block_offset: block_offset, raw_len, disk_len (int64).
-    uri, busy_ms, path: as for scan_bodies."""
-    cdef _Scan scan = _Scan(uri, busy_ms, path)
+    uri, busy_ms, path, conn: as for scan_bodies."""
+    cdef _Scan scan = _Scan(uri, busy_ms, path, conn)
     cdef size_t cap = <size_t>scan.count(b"body_blocks") + 1
     cdef size_t filled = 0
     cdef int done = 0

@@ -13,8 +13,9 @@
 struct capsem_index {
     sqlite3 *db;
     sqlite3_stmt *stmt;
-    int in_txn;
+    int in_txn;   /* 1: this scan began the read transaction and ends it at close */
     int busy_ms;
+    int borrowed; /* db is the caller's connection: closing the scan leaves it open */
 };
 
 static void copy_err(sqlite3 *db, int rc, char *err, size_t errlen) {
@@ -55,9 +56,37 @@ int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *er
     return rc;
 }
 
+int capsem_index_borrow(sqlite3 *db, int busy_ms, capsem_index **out, char *err, size_t errlen) {
+    capsem_index *ix = calloc(1, sizeof *ix);
+    *out = ix;
+    if (!ix) {
+        snprintf(err, errlen, "out of memory");
+        return SQLITE_NOMEM;
+    }
+    ix->db = db;
+    ix->borrowed = 1;
+    ix->busy_ms = busy_ms;
+    /* Inside the caller's read transaction when it has one (check's: the SQL checks and the
+     * scans then read one snapshot); else one of our own for the scan's duration. */
+    if (sqlite3_get_autocommit(db)) {
+        int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            copy_err(db, rc, err, errlen);
+            return rc;
+        }
+        ix->in_txn = 1;
+    }
+    return SQLITE_OK;
+}
+
 void capsem_index_close(capsem_index *ix) {
     if (!ix) return;
-    close_reader(ix->db, ix->stmt, ix->in_txn);
+    if (ix->borrowed) {
+        if (ix->stmt) sqlite3_finalize(ix->stmt);
+        if (ix->in_txn) sqlite3_exec(ix->db, "COMMIT", NULL, NULL, NULL);
+    } else {
+        close_reader(ix->db, ix->stmt, ix->in_txn);
+    }
     free(ix);
 }
 

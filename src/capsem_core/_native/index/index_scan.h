@@ -14,6 +14,12 @@ typedef struct capsem_index capsem_index;
  * transaction. Returns an SQLite result code; the message (when not SQLITE_OK) is copied
  * to err. *out is set either way (close it). */
 int capsem_index_open(const char *uri, int busy_ms, capsem_index **out, char *err, size_t errlen);
+/* A scan on the caller's open connection `db` (the caller vouches that it is a connection
+ * of this process's libsqlite3 to session.db, used by no other thread until the scan is
+ * closed). Inside db's read transaction when one is open, else in one the scan begins and
+ * ends. busy_ms is the busy timeout of the extra readers' connections. Closing the scan
+ * finalizes its statements and leaves db open. */
+int capsem_index_borrow(struct sqlite3 *db, int busy_ms, capsem_index **out, char *err, size_t errlen);
 void capsem_index_close(capsem_index *ix);
 
 /* COUNT(*) of a table named by a fixed string (not user input). */
