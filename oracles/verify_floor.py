@@ -27,14 +27,9 @@ import blake3
 import numpy as np
 
 from capsem_core._native import _blake3
-from capsem_core.format import (
-    BLOCK_HEADER_BYTES,
-    CODEC_DEFLATE,
-    SEGMENT_HEADER_BYTES,
-    archive_path_for,
-    unpack_block_header,
-    unpack_segment_header,
-)
+from capsem_core.format import BLOCK_HEADER_BYTES, CODEC_DEFLATE, SEGMENT_HEADER_BYTES
+from capsem_core.paths import archive_path_for
+from oracles.archive_reader import BLOCK_MAGIC, parse_segment
 
 # A final stored block of length 0: ends a stream whose last payload is a sync flush.
 _FINAL_EMPTY_STORED = b"\x01\x00\x00\xff\xff"
@@ -64,7 +59,8 @@ def plan(db: Path) -> list[BlockWork]:
     with open(archive_path_for(db), "rb") as f:
         for block, bodies in spans.items():
             f.seek(block)
-            if unpack_block_header(f.read(BLOCK_HEADER_BYTES), block) != CODEC_DEFLATE:
+            head = f.read(BLOCK_HEADER_BYTES)
+            if len(head) < BLOCK_HEADER_BYTES or head[:4] != BLOCK_MAGIC or head[4] != CODEC_DEFLATE:
                 continue  # zstd: not part of the deflate floor
             need = max(o + n for o, n in bodies)
             payload, seg_offs, seg_lens, seg_digests = [], [], [], []
@@ -72,7 +68,7 @@ def plan(db: Path) -> list[BlockWork]:
             final = False
             while raw < need or (raw == 0 and not final):
                 at = f.tell()
-                seg = unpack_segment_header(f.read(SEGMENT_HEADER_BYTES), at, raw)
+                seg = parse_segment(f.read(SEGMENT_HEADER_BYTES), at, raw)
                 payload.append(f.read(seg.comp_len))
                 seg_offs.append(raw)
                 seg_lens.append(seg.raw_len)

@@ -22,7 +22,8 @@ import numpy as np
 from capsem_core import db, index
 from capsem_core._native import _archive, _errors
 from capsem_core.errors import LedgerError
-from capsem_core.format import archive_path_for, body_hash_text
+from capsem_core.format import body_hash_text
+from capsem_core.paths import archive_path_for
 
 BodyFault = collections.namedtuple(
     "BodyFault",

@@ -16,7 +16,8 @@ from tests.check.test_check import run_cli, sql, write_ledger
 
 from capsem_core import check
 from capsem_core.check import check_ledger, sql_checks
-from capsem_core.format import SEGMENT_HEADER_BYTES, unpack_segment_header
+from capsem_core.format import SEGMENT_HEADER_BYTES
+from oracles.archive_reader import parse_segment
 from capsem_core.sample import write_sample_ledger
 from capsem_core.writer import Body, LedgerWriter
 
@@ -30,7 +31,7 @@ def segments(bodies: Path, block_offset: int, disk_len: int) -> list[tuple[int, 
     data = bodies.read_bytes()
     at, end, raw, out = block_offset + 8, block_offset + disk_len, 0, []
     while at < end:
-        header = unpack_segment_header(data[at:at + SEGMENT_HEADER_BYTES], at, raw)
+        header = parse_segment(data[at:at + SEGMENT_HEADER_BYTES], at, raw)
         out.append((at, header.raw_len, header.comp_len))
         raw += header.raw_len
         at += SEGMENT_HEADER_BYTES + header.comp_len

@@ -28,6 +28,7 @@ from typing import NamedTuple, Protocol
 import zstandard
 
 from capsem_core import format as fmt
+from capsem_core._native import _archive
 from capsem_core._native._blake3 import digest as _blake3_digest
 from capsem_core.format import (
     CODEC_DEFLATE,
@@ -132,7 +133,7 @@ class BodyArchiveWriter:
                 return FILE_HEADER_BYTES
             os.fchmod(fd, 0o600)
             head = os.pread(fd, FILE_HEADER_BYTES, 0)
-            fmt.check_file_header(head, path)
+            _archive.check_file_header(head, path)
         except BaseException:
             self._fd = -1
             os.close(fd)
