@@ -6,7 +6,7 @@ Three groups, each run in one pytest-benchmark session on the same warm ledger:
   body index against the archive including every extent walk, tool lifecycle, ...) against
   ``PRAGMA quick_check`` alone. Target: within 1.3x.
 * ``check-verify``: the whole report with --verify-bodies against the native verify kernel
-  alone (``_archive.verify_ledger``: index scan + verify + findings). Target: within 1.15x.
+  alone (``_verify.verify_ledger``: index scan + verify + findings). Target: within 1.15x.
   The report also divides quick_check alone (which the check must run first) by the kernel
   alone: on this sample's 1.8 GB session.db that ratio alone is far above 1.15.
 * ``check-verify-large``: the same pair on the 1 GiB large-body sample, where the bodies, not
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from capsem_core._native import _archive
+from capsem_core import verify as _verify
 from capsem_core.check import READ_MMAP_BYTES, check_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -80,7 +80,7 @@ def test_check_without_verify(benchmark, small: Path) -> None:
 
 @pytest.mark.benchmark(group="check-verify")
 def test_verify_kernel_alone(benchmark, small: Path) -> None:
-    verified, findings = _run(benchmark, "kernel", _archive.verify_ledger, small)
+    verified, findings = _run(benchmark, "kernel", _verify.verify_ledger, small)
     assert findings == [] and verified >= BODIES
 
 
@@ -93,7 +93,7 @@ def test_check_with_verify(benchmark, small: Path) -> None:
 
 @pytest.mark.benchmark(group="check-verify-large")
 def test_verify_kernel_alone_on_large_bodies(benchmark, large: Path) -> None:
-    verified, findings = _run(benchmark, "kernel_large", _archive.verify_ledger, large)
+    verified, findings = _run(benchmark, "kernel_large", _verify.verify_ledger, large)
     assert findings == [] and verified > 0
 
 
