@@ -19,7 +19,7 @@ from capsem_core import sessions as S
 from capsem_core.sample import write_sample_home
 from tests.sessions.test_sessions import MODELS, TOOLS, write_ledger
 
-# Transcribed from /work/shared/reference/capsem-main-db-v7.md (Capsem's session_index.rs).
+# Transcribed from ../shared/reference/capsem-main-db-v7.md (beside the checkout) (Capsem's session_index.rs).
 CAPSEM_V7_DDL = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, mode TEXT NOT NULL, command TEXT, status TEXT NOT NULL DEFAULT 'running',
