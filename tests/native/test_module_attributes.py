@@ -1,6 +1,6 @@
 """The format constants the native archive module exports (defined once, in archive_format.h)
 checked name by name, type and value, against the format's reference facts
-(the reference facts (../shared/reference/capsem-ledger-facts.md beside the checkout) §2.2-2.4 and §2.7, written out here), and
+(../shared/reference/capsem-ledger-facts.md beside the checkout, §2.2-2.4 and §2.7, written out here), and
 capsem_core.format reading them instead of retyping them."""
 
 from __future__ import annotations
