@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import schema
-from capsem_core.ledger import connect_readonly
+from capsem_core.db import connect_readonly
 
 
 def _ledger_with_rows(directory: Path, rows: int) -> Path:

@@ -121,6 +121,7 @@ def wal_state(wal_path: PathArg) -> WalState | None:
     wal_path = os.fspath(wal_path)
     try:
         with open(wal_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             header = f.read(_WAL_HEADER)
             if len(header) < _WAL_HEADER:
                 return WalState(wal_path, 0, 0)
@@ -135,8 +136,10 @@ def wal_state(wal_path: PathArg) -> WalState | None:
                 _pgno, db_size, s1, s2 = struct.unpack(">4I", fh[:16])
                 if (s1, s2) != (salt1, salt2):
                     break
-                if len(f.read(page_size)) < page_size:
+                # Step over the page without reading it: only frame headers are counted.
+                if f.tell() + page_size > size:
                     break
+                f.seek(page_size, os.SEEK_CUR)
                 frames += 1
                 if db_size:
                     commits += 1

@@ -21,11 +21,15 @@ from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.format import FILE_HEADER_BYTES
-from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, require_regular_file
+from capsem_core.paths import (
+    SESSION_BODIES,
+    SESSION_DB,
+    WRITER_LOCK_SUFFIX,
+    ledger_paths,
+    require_regular_file,
+)
 
-DB_NAME = "session.db"
-BODIES_NAME = "session.bodies"
-SIDECAR_SUFFIXES = ("-wal", "-shm", "-writer.lock")
+SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
 _COPY_CHUNK = 1 << 20
 
 
@@ -47,18 +51,6 @@ class BodyRecord:
     original_bytes: int
     truncated: bool
     data: bytes
-
-
-def connect_readonly(db_path: Path) -> sqlite3.Connection:
-    """A read-only, query-only connection that never creates or alters the file (db.py's)."""
-    return db.connect_readonly(db_path)
-
-
-def ledger_paths(path: os.PathLike[str] | str) -> tuple[Path, Path]:
-    """(session.db, session.bodies) for a ledger directory or a session.db path."""
-    p = Path(path)
-    db_path = p / DB_NAME if p.is_dir() and not p.is_symlink() else p
-    return db_path, archive_path_for(db_path)
 
 
 class Ledger:
@@ -248,13 +240,13 @@ class Ledger:
         """
         self._live()
         dest = Path(destination)
-        dest_db, dest_bodies = dest / DB_NAME, dest / BODIES_NAME
+        dest_db, dest_bodies = dest / SESSION_DB, dest / SESSION_BODIES
         dest.mkdir(parents=True, exist_ok=True)
         for p in (dest_db, dest_bodies):
             if os.path.lexists(p):
                 raise LedgerError("refusing to overwrite an existing ledger file", p)
-        tmp_db = dest / f".{DB_NAME}.copy-{os.getpid()}"
-        tmp_bodies = dest / f".{BODIES_NAME}.copy-{os.getpid()}"
+        tmp_db = dest / f".{SESSION_DB}.copy-{os.getpid()}"
+        tmp_bodies = dest / f".{SESSION_BODIES}.copy-{os.getpid()}"
         try:
             out = db.connect_readwrite(tmp_db, create=True, isolation_level="DEFERRED")
             try:
@@ -332,7 +324,7 @@ def delete_ledger(directory: os.PathLike[str] | str) -> None:
     import fcntl
 
     d = Path(directory)
-    db_path = d / DB_NAME
+    db_path = d / SESSION_DB
     lock_path = Path(str(db_path) + "-writer.lock")
     lock_fd = None
     if lock_path.exists():
@@ -343,7 +335,7 @@ def delete_ledger(directory: os.PathLike[str] | str) -> None:
             os.close(lock_fd)
             raise WriterBusy("ledger has a writer; it cannot be deleted while it is written", db_path) from None
     try:
-        for p in (d / BODIES_NAME, db_path, *(Path(str(db_path) + s) for s in SIDECAR_SUFFIXES)):
+        for p in (d / SESSION_BODIES, db_path, *(Path(str(db_path) + s) for s in SIDECAR_SUFFIXES)):
             try:
                 p.unlink()
             except FileNotFoundError:
@@ -361,4 +353,4 @@ def copy_ledger(source: os.PathLike[str] | str, destination: os.PathLike[str] | 
     return Path(destination)
 
 
-__all__ = ["BodyRecord", "Ledger", "connect_readonly", "copy_ledger", "delete_ledger", "ledger_paths"]
+__all__ = ["BodyRecord", "Ledger", "copy_ledger", "delete_ledger", "ledger_paths"]

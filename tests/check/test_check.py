@@ -19,7 +19,6 @@ import pytest
 
 from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
-from capsem_core.cli.terminal import colour_wanted
 from capsem_core.cli import app as cli_app
 from capsem_core.errors import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
@@ -391,20 +390,11 @@ def test_json_findings_carry_code_severity_message_count_and_location(ledger: Pa
 
 # --- colour ---------------------------------------------------------------------------------------
 
-def test_colour_only_on_a_terminal_and_never_with_no_color(ledger: Path, monkeypatch) -> None:
+def test_the_report_is_coloured_only_when_asked(ledger: Path) -> None:
+    # Whether colour is wanted (a terminal, NO_COLOR) is cli.terminal's rule, tested there.
     report = check_ledger(ledger)
     assert "\033[32m  Ledger pages intact (quick_check)\033[0m" in check.render_text(report, colour=True)
-
-    class Tty:
-        def isatty(self) -> bool:
-            return True
-
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    assert colour_wanted(Tty()) is True
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert colour_wanted(Tty()) is False
-    monkeypatch.delenv("NO_COLOR")
-    assert colour_wanted(sys.stdout) is False  # captured: not a terminal
+    assert "\033" not in check.render_text(report, colour=False)
 
 
 # --- target resolution ----------------------------------------------------------------------------

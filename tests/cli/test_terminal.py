@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from hypothesis import given, strategies as st
 
 from capsem_core.cli.terminal import sanitize
@@ -63,6 +65,7 @@ def test_no_color_set_to_anything_but_empty_turns_colour_off_even_on_a_terminal(
     assert colour_wanted(Tty()) is False
     monkeypatch.setenv("NO_COLOR", "")  # no-color.org: an empty value does not count
     assert colour_wanted(Tty()) is True
+    assert colour_wanted(io.StringIO()) is False  # not a terminal
 
 
 def test_a_table_aligns_escaped_cells_and_cuts_long_ones_without_splitting_an_escape() -> None:
