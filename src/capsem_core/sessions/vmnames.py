@@ -34,7 +34,9 @@ MAX_SIDECAR_BYTES = 1 << 20
 
 
 def _stderr_warning(message: str) -> None:
-    print(f"capsem-ledger: warning: {message}", file=sys.stderr)
+    from capsem_core.cli.terminal import sanitize
+
+    print(f"capsem-ledger: warning: {sanitize(message)}", file=sys.stderr)
 
 
 # Where warnings about a damaged sidecar go; tests and embedders may replace it.
