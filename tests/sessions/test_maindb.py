@@ -223,10 +223,12 @@ def _unprivileged_python() -> list[str]:
         pytest.skip("running as root and setpriv is missing: root would bypass the permissions under test")
     for python in (sys.executable, "/usr/bin/python3"):
         cmd = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python]
-        probe = subprocess.run([*cmd, "-c", "import sqlite3"], capture_output=True)
+        # It must reach this checkout too (a checkout in a 0700 directory is out of its reach).
+        probe = subprocess.run([*cmd, "-c", "import capsem_core.sessions"], capture_output=True,
+                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(_SRC)})
         if probe.returncode == 0:
             return cmd
-    pytest.skip("no Python interpreter that uid 65534 may run")
+    pytest.skip("no Python interpreter that uid 65534 may run can import capsem_core from this checkout")
 
 
 @pytest.mark.parametrize("what", ["file 444", "directory 555"])
