@@ -41,6 +41,7 @@ Value = int | float | str | bytes | None
 After = str  # "start", "latest" or a cursor's text
 
 _DIRECTION_ORDER = {d: i for i, d in enumerate(schema.BODY_DIRECTIONS)}
+TIME_COLUMN = {t.name: t.time_column for t in EVENT_TABLES}
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -72,6 +73,21 @@ class EventPage:
     events: list[Event]
     cursor: str
     caught_up: bool
+    before: Mapping[str, Mark] = field(default_factory=dict, repr=False, compare=False)
+
+    def cursor_at(self, count: int) -> str:
+        """The cursor after only the first ``count`` events of this page (``cursor`` itself
+        for all of them): for a caller that stops part-way through a page, so that resuming
+        delivers the rest exactly once. ``before`` is where the page started."""
+        if not 0 <= count <= len(self.events):
+            raise ValueError(f"a page of {len(self.events)} events has no cursor after {count}")
+        if count == len(self.events):
+            return self.cursor
+        marks = dict(self.before)
+        for event in self.events[:count]:
+            column = TIME_COLUMN[event.table]
+            marks[event.table] = Mark(event.id, _cursor.anchor_of(event.row.get("event_id"), event.row.get(column)))
+        return _cursor.encode(marks)
 
 
 def clamp_limit(limit: int) -> int:
@@ -270,7 +286,7 @@ class EventReader:
                     caught_up = False
             new_marks[t.name] = mark
         events = [_event(t, row_id, dict(zip(names[t.name], values)), bodies) for t, row_id, values in taken]
-        return EventPage(events, _cursor.encode(new_marks), caught_up)
+        return EventPage(events, _cursor.encode(new_marks), caught_up, marks)
 
     # -- following -----------------------------------------------------------------------
 
