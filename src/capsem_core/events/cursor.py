@@ -122,6 +122,9 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
         raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise _refuse("its text is not URL-safe base64", where) from None
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != body:
+        # Spare bits of the last character set: the same bytes, but not the text we wrote.
+        raise _refuse("its text is not the one capsem-core wrote (edited)", where)
     if len(raw) < 1 + _CHECK_BYTES:
         raise _refuse("it is cut short", where)
     payload, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
