@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
 import time
-import tty
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,9 @@ import pytest
 from capsem_core import sessions
 from capsem_core.ledger import Ledger
 from capsem_core.sample import write_sample_home
-from tests.check.test_check_terminal import ALL, HOSTILE, assert_terminal_safe, write_hostile_ledger
+from tests.check.test_check_terminal import (
+    ALL, HOSTILE, assert_terminal_safe, run_on_a_terminal, write_hostile_ledger,
+)
 from tests.events.ledgers import all_rows, write_mixed
 
 
@@ -33,31 +32,6 @@ def _run(*args: str, env: dict[str, str | None] | None = None) -> subprocess.Com
     merged = {**os.environ, "NO_COLOR": "1", **(env or {})}
     return subprocess.run(_cli(*args), capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in merged.items() if v is not None})
-
-
-def _on_a_terminal(*args: str) -> str:
-    """The command's output with stdout on a raw pseudo-terminal (colour on)."""
-    master, slave = pty.openpty()
-    tty.setraw(slave)
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen(_cli(*args), stdout=slave, stderr=subprocess.PIPE, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            proc.kill()
-            raise AssertionError("events did not finish")
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert proc.wait(timeout=60) == 0
-    return b"".join(chunks).decode("utf-8")
 
 
 def _cursor(stderr: str) -> str:
@@ -164,7 +138,9 @@ def test_hostile_strings_are_escaped_in_lines_and_kept_exactly_in_jsonl(tmp_path
     assert plain.returncode == 0, plain.stderr
     assert_terminal_safe(plain.stdout, colour=False)
     assert "\\x1b" in plain.stdout and "\\u202e" in plain.stdout
-    assert_terminal_safe(_on_a_terminal("--db", str(tmp_path)), colour=True)
+    code, shown, errors = run_on_a_terminal(_cli("--db", str(tmp_path)))
+    assert code == 0 and errors.startswith("cursor: ev1.")
+    assert_terminal_safe(shown, colour=True)
 
     exact = _run("--db", str(tmp_path), "--jsonl")
     assert exact.stdout.isascii()
