@@ -25,6 +25,7 @@ from capsem_core import db, schema
 from capsem_core.errors import CursorError, LedgerError
 from capsem_core.events import cursor as _cursor
 from capsem_core.events.cursor import Mark
+from capsem_core.writer.rows import Stamper
 from capsem_core.events.tables import (
     EVENT_TABLES, TABLE_NUMBER, EventTable, choose_tables, ms_time_us, shown_time, text_time_us,
 )
@@ -97,21 +98,21 @@ def clamp_limit(limit: int) -> int:
     return min(max(limit, MIN_LIMIT), MAX_LIMIT)
 
 
-def _event(t: EventTable, row_id: int, row: dict[str, Value],
-           bodies: Mapping[tuple[str, object], list[str]]) -> Event:
+def _direction_key(direction: str) -> tuple[int, str]:
+    return _DIRECTION_ORDER.get(direction, len(_DIRECTION_ORDER)), direction
+
+
+def _event(t: EventTable, row_id: int, row: dict[str, Value], bodies: Mapping[tuple[str, object], list[str]],
+           stamp: Stamper) -> Event:
     event_id = row["event_id"]
     found = bodies.get((t.name, event_id), ())
-    directions = tuple(sorted(found, key=lambda d: (_DIRECTION_ORDER.get(d, len(_DIRECTION_ORDER)), d)))
+    directions = tuple(found) if len(found) < 2 else tuple(sorted(found, key=_direction_key))
     return Event(t.name, row_id, event_id if type(event_id) is str else str(event_id),
-                 shown_time(t, row[t.time_column]), row, directions)
+                 shown_time(t, row[t.time_column], stamp), row, directions)
 
 
 def _lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
-
-
-def _size(values: tuple[Any, ...]) -> int:
-    return sum([len(v) for v in values if v.__class__ is str or v.__class__ is bytes])
 
 
 class EventReader:
@@ -129,6 +130,8 @@ class EventReader:
         self._lock = threading.Lock()
         self._closed = False
         self._data_version = -1
+        self._selects: dict[str, str] = {}
+        self._stamp = Stamper()
         self._latest_sql = "SELECT " + ", ".join(
             f"(SELECT MAX(id) FROM {t.name}), (SELECT seq FROM sqlite_sequence WHERE name = '{t.name}')"
             for t in EVENT_TABLES)
@@ -191,22 +194,33 @@ class EventReader:
         for t in chosen:
             after_id = marks[t.name].position if t.name in marks else 0
             if after_id < latest[t.name]:
-                cur = conn.execute(f"SELECT * FROM {t.name} WHERE id > ? ORDER BY id LIMIT ?", (after_id, size))
+                cur = conn.execute(self._select_sql(t), (after_id, size))
                 cursors.append(cur)
-                names[t.name] = tuple(d[0] for d in cur.description)
+                names[t.name] = tuple(d[0] for d in cur.description[:-1])
                 streams.append(self._stream(t, cur, names[t.name]))
         taken: list[tuple[EventTable, int, tuple[Any, ...]]] = []
         spent = 0
         try:
-            for _key, _number, row_id, t, values in heapq.merge(*streams):
+            for _key, _number, row_id, t, values, row_bytes in heapq.merge(*streams):
                 taken.append((t, row_id, values))
-                spent += _size(values)
+                spent += row_bytes
                 if len(taken) == size or spent >= PAGE_BYTES:
                     break
         finally:
             for cur in cursors:
                 cur.close()
         return self._finish(chosen, marks, latest, taken, names)
+
+    def _select_sql(self, t: EventTable) -> str:
+        sql = self._selects.get(t.name)
+        if sql is None:
+            # The row's size is summed by SQLite, in C, as one extra column: the page's byte
+            # budget costs no Python loop over the values.
+            columns = [r[1] for r in self._conn.execute(f"PRAGMA table_info({t.name})")]
+            size = " + ".join(f'ifnull(length("{c}"), 0)' for c in columns)
+            sql = f"SELECT *, {size} FROM {t.name} WHERE id > ? ORDER BY id LIMIT ?"
+            self._selects[t.name] = sql
+        return sql
 
     def _latest_positions(self) -> dict[str, int]:
         # Both MAX(id) and sqlite_sequence: the larger is the last id handed out (a row deleted
@@ -238,7 +252,7 @@ class EventReader:
 
     @staticmethod
     def _stream(t: EventTable, cur: sqlite3.Cursor,
-                columns: tuple[str, ...]) -> Iterator[tuple[int, int, int, EventTable, tuple[Any, ...]]]:
+                columns: tuple[str, ...]) -> Iterator[tuple[int, int, int, EventTable, tuple[Any, ...], int]]:
         # Items sort by (time, table number, id): the values themselves are never compared.
         id_at, time_at = columns.index("id"), columns.index(t.time_column)
         to_us = ms_time_us if t.time_is_ms else text_time_us
@@ -249,7 +263,7 @@ class EventReader:
             us = to_us(values[time_at])
             if us is not None:
                 key = us
-            yield key, number, values[id_at], t, values
+            yield key, number, values[id_at], t, values[:-1], values[-1]
 
     def _finish(self, chosen: tuple[EventTable, ...], marks: dict[str, Mark], latest: Mapping[str, int],
                 taken: list[tuple[EventTable, int, tuple[Any, ...]]],
@@ -285,7 +299,8 @@ class EventReader:
                 else:
                     caught_up = False
             new_marks[t.name] = mark
-        events = [_event(t, row_id, dict(zip(names[t.name], values)), bodies) for t, row_id, values in taken]
+        events = [_event(t, row_id, dict(zip(names[t.name], values)), bodies, self._stamp)
+                  for t, row_id, values in taken]
         return EventPage(events, _cursor.encode(new_marks), caught_up, marks)
 
     # -- following -----------------------------------------------------------------------

@@ -10,7 +10,7 @@ names a table by its place in it (a new table means a new cursor version);
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -91,11 +91,12 @@ def ms_time_us(value: object) -> int | None:
     return value * 1000 if type(value) is int else None
 
 
-def shown_time(table: EventTable, value: object) -> str:
+def shown_time(table: EventTable, value: object, stamp: Callable[[float], str] = ledger_timestamp) -> str:
     """An event's time as text: the stored RFC 3339 text as it is, or a ``timestamp_unix_ms``
-    rendered the way the writer stamps text times (``YYYY-MM-DDTHH:MM:SS.ffffffZ``)."""
+    rendered the way the writer stamps text times (``YYYY-MM-DDTHH:MM:SS.ffffffZ``; ``stamp``
+    may be a ``writer.rows.Stamper``, which formats each second's prefix once)."""
     if table.time_is_ms and type(value) is int and 0 <= value <= _MAX_MS:
-        return ledger_timestamp(value / 1000)
+        return stamp(value / 1000)
     if value is None:
         return ""
     return value if type(value) is str else str(value)
