@@ -24,11 +24,14 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
     from capsem_core.cli import check, sample
+    from capsem_core.cli import events as events_command
     from capsem_core.cli import list as list_command
     from capsem_core.cli import rollup as rollup_command
 
     return (
         ("check", "integrity report of one session's ledger", check.add_arguments, check.run),
+        ("events", "a session's events in order, resumable from a cursor, or followed live",
+         events_command.add_arguments, events_command.run),
         ("list", "recent sessions from main.db", list_command.add_arguments, list_command.run),
         ("rollup", "recompute a session's totals in main.db from its ledger", rollup_command.add_arguments,
          rollup_command.run),
