@@ -13,6 +13,7 @@ from capsem_core.cli.terminal import Style, render_table, sanitize
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
 PREVIEW_CELL_CHARS = 60
+EXAMPLES_SHOWN = 3
 
 _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "yellow"}
 
@@ -108,6 +109,8 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
         out.append(s("bold", f"{sanitize(table)} ({total} total, showing last {len(preview.rows)}):"))
         render_table(out, s, preview.columns, preview.rows, PREVIEW_CELL_CHARS)
 
+    _render_identity(out, s, c["identity_graph"])
+
     verdict = {OK: ("green", "Ledger sound."),
                WARN: ("yellow", "Ledger sound, with warnings."), FAIL: ("red", "Ledger damaged.")}
     style, text = verdict.get(report.status, ("red", "Ledger damaged."))
@@ -148,4 +151,29 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
     out.append("")
 
 
-__all__ = ["PREVIEW_CELL_CHARS", "PROBLEMS_SHOWN", "QUICK_CHECK_LINES_SHOWN", "render_text"]
+def _render_identity(out: list[str], s: Style, graph: CheckResult) -> None:
+    if graph.status == SKIPPED:
+        return
+    out.append(s("bold", "Identity graph:"))
+    broken = [f for f in graph.findings if f.code != "route_not_compared"]
+    for f in broken:
+        out.append(s(_SEVERITY_STYLE[f.severity], f"  {sanitize(f.message)}"))
+        for example in f.examples[:EXAMPLES_SHOWN]:
+            cells = " ".join(f"{sanitize(k)}={sanitize(v)}" for k, v in example.items())
+            out.append(s("dim", f"    e.g. {cells}"))
+        if f.count is not None and f.count > len(f.examples[:EXAMPLES_SHOWN]) and f.examples:
+            out.append(s("dim", f"    ... {f.count} in all"))
+    if not any(f.severity != NOTE for f in broken):
+        n = graph.counts
+        out.append(s("green", f"  Joins hold: {n.get('model_items', 0)} model_items, {n.get('tool_calls', 0)} tool_calls, "
+                              f"{n.get('tool_responses', 0)} tool_responses, {n.get('turns', 0)} turns, "
+                              f"{n.get('security_rows', 0)} security rows"))
+    if graph.counts.get("route_compared") and not graph.counts.get("route_totals_differ"):
+        out.append(s("green", f"  main.db's {graph.counts['route_compared']} totals for this session match its ledger"))
+    for f in graph.findings:
+        if f.code == "route_not_compared":
+            out.append(s("dim", f"  {sanitize(f.message)}"))
+    out.append("")
+
+
+__all__ = ["EXAMPLES_SHOWN", "PREVIEW_CELL_CHARS", "PROBLEMS_SHOWN", "QUICK_CHECK_LINES_SHOWN", "render_text"]

@@ -39,6 +39,7 @@ CHECKS: tuple[tuple[str, str], ...] = (
     ("tool_usage", "Tool usage and origins"),
     ("previews", "Latest rows per table"),
     ("verify_bodies", "Bodies read back through their hashes"),
+    ("identity_graph", "Identity graph (model, tool, turn, security and route joins)"),
 )
 
 # A value a ledger gives the report: a count, a cell of a table, a location's field.
@@ -56,10 +57,14 @@ class Finding:
     # Where the problem is, for findings that have a place: event_id, source_table,
     # direction, block_offset, segment_offset, kind (only the keys that apply).
     location: dict[str, Value] = field(default_factory=dict)
+    # A few of the rows behind a counted finding (ids, event_ids, call_ids ...), so a reader
+    # can go straight to them; ``count`` says how many there are in all.
+    examples: list[dict[str, Value]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Value]:
         return {"code": self.code, "severity": self.severity, "message": self.message,
-                "count": self.count, "location": dict(self.location)}
+                "count": self.count, "location": dict(self.location),
+                "examples": [dict(e) for e in self.examples]}
 
 
 @dataclass(slots=True)

@@ -17,17 +17,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.check import archive, opening, sql_checks
+from capsem_core.check import archive, identity, opening, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
+from capsem_core.check.route import SessionRoute
 from capsem_core.check.verify import ProgressCallback
 from capsem_core.errors import LedgerError
 from capsem_core.paths import archive_path_for
 
 
 def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
-                 progress: ProgressCallback | None = None) -> CheckReport:
+                 progress: ProgressCallback | None = None, route: SessionRoute | None = None) -> CheckReport:
     """Run every check on the ledger whose ``session.db`` is ``db_path``.
+
+    ``route`` says how the ledger was reached: through a home's main.db under a session id
+    (the identity graph then compares main.db's totals with the ledger's), or None (``--db``).
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
@@ -61,7 +65,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     try:
         failure: LedgerError | None = None
         try:
-            _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
+            _run_other_checks(conn, db_path, bodies_path, report, progress, plan, route)
         except LedgerError as exc:
             failure = exc
         except sqlite3.Error as exc:
@@ -88,7 +92,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 
 def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
-                      progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
+                      progress: ProgressCallback | None, plan: db.ReadPlan,
+                      route: SessionRoute | None = None) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
     # One read transaction serves every read of session.db after quick_check: the SQL checks
@@ -111,6 +116,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
         sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
         sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+        identity.check_identity_graph(conn, checks["identity_graph"], route)
         verify = checks["verify_bodies"]
         if not report.verify_bodies:
             verify.skip("not requested (--verify-bodies reads every body back through its hash)")

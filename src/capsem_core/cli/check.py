@@ -19,6 +19,7 @@ from capsem_core import sessions
 from capsem_core.check import VerifyProgressBar, check_ledger, render_text, report_to_json
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.report import Table, Value
+from capsem_core.check.route import SessionRoute
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.arguments import db_argument, db_hint, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with the exact ledger values instead of the text report "
                              "(whose ledger strings are escaped for the terminal)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage (the identity graph's warnings, "
+                             "main.db totals that differ from the ledger's, ...)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list_sessions(args.json, out_colour, err_colour)
 
+    route: SessionRoute | None = None  # --db: no home, so main.db's totals are not compared
     if args.db is not None:
         if args.session is not None:
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
@@ -71,11 +74,13 @@ def run(args: argparse.Namespace) -> int:
             message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
             return _error(message + db_hint(args.session), err_colour)
         db_path = ref.db_path
+        route = SessionRoute(main_db, ref.id)
 
     refuse_symlinks(Path(db_path), archive=True)
     bar = VerifyProgressBar() if args.verify_bodies and sys.stderr.isatty() else None
     try:
-        report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar)
+        report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar,
+                              route=route)
     finally:
         if bar is not None:
             bar.end()
