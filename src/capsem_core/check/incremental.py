@@ -150,6 +150,34 @@ class Outcome:
     faults: list[_verify.BodyFault]
     coverage: Coverage
     pending: PendingRecord | None = None
+    read_back: int = 0   # bodies handed to the kernel
+
+    @property
+    def verified(self) -> int:
+        """Bodies read back that matched their hashes."""
+        return self.read_back - sum(f.row_id is not None for f in self.faults)
+
+
+class VerifyResult(tuple[int, list[_verify.BodyFault]]):
+    """``Ledger.verify``'s result: unpacks as ``(verified_count, faults)``, as it always has;
+    ``coverage`` says what was read back fully, proven unchanged and skipped (None for a
+    whole verify)."""
+
+    coverage: Coverage | None
+
+    def __new__(cls, verified: int, faults: list[_verify.BodyFault],
+                coverage: Coverage | None = None) -> VerifyResult:
+        self = super().__new__(cls, (verified, faults))
+        self.coverage = coverage
+        return self
+
+    @property
+    def verified(self) -> int:
+        return self[0]
+
+    @property
+    def faults(self) -> list[_verify.BodyFault]:
+        return self[1]
 
 
 def timestamp(seconds: int) -> str:
@@ -165,7 +193,7 @@ def rows_digests(bodies: dict[str, Any], starts: npt.NDArray[np.int64],
     rows["body_len"] = bodies["body_len"]
     rows["hash_ok"] = bodies["hash_ok"]
     rows["digest"] = np.asarray(bodies["digest"], dtype=np.uint8).reshape(-1, 32)
-    return _blake3.hash_many(rows.view(np.uint8), starts * _ROW.itemsize, counts * _ROW.itemsize)
+    return _blake3.hash_many(rows.view(np.uint8).data, starts * _ROW.itemsize, counts * _ROW.itemsize)
 
 
 def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any],
@@ -183,6 +211,10 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
     b_blk = np.asarray(bodies["block_offset"], dtype=np.int64)
     starts = np.searchsorted(b_blk, k_off, "left")
     counts = np.searchsorted(b_blk, k_off, "right") - starts
+    # Each body's block (n for a body naming no recorded block: always handed to the kernel,
+    # which reports it; check never gets here with one, Ledger.verify may).
+    slot = np.minimum(np.searchsorted(k_off, b_blk), max(n - 1, 0))
+    body_block = np.where((k_off[slot] == b_blk) if n else np.zeros(len(b_blk), dtype=bool), slot, n)
     now = int(options.now if options.now is not None else time.time())
     cov = Coverage(incremental=options.incremental, subset=options.subset, max_age=options.max_age)
 
@@ -202,7 +234,7 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         cov.record_path = path
         rec, cov.warning = _record.load(path, lambda plen: _record.identity_of(reader, db_path, plen), n)
         if cov.warning is not None:
-            cov.warning = f"verification record {path} ignored: {cov.warning}; its blocks are verified fully"
+            cov.warning = f"verification record {path} ignored: it {cov.warning}; every block is verified fully"
         cov.record = "used" if rec is not None else ("ignored" if cov.warning else "none yet")
         identity = _record.identity_of(reader, db_path)
         rows = rows_digests(bodies, starts, counts)
@@ -252,7 +284,7 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
     cov.unchanged = Share.of(proven, counts, k_disk)
     cov.verified = Share.of(full, counts, k_disk)
 
-    faults, failed = _run_kernel(reader, blocks, bodies, full, counts, db_path, conn, threads, progress, begin)
+    faults, failed, read_back = _run_kernel(reader, blocks, bodies, full, body_block, db_path, conn, threads, progress, begin)
     pending = None
     if options.incremental and identity is not None and path is not None and rows is not None:
         # Only blocks that came out clean get new entries; every other recorded block keeps
@@ -265,33 +297,32 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         new["verified_at"][clean] = now
         if cov.record != "used" or clean.any() or dropped:
             pending = PendingRecord(path, identity, new[clean | has], cov)
-    return Outcome(changed + faults, cov, pending)
+    return Outcome(changed + faults, cov, pending, read_back)
 
 
 def _run_kernel(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any], full: Mask,
-                counts: npt.NDArray[np.int64], db_path: Path, conn: Any, threads: int,
+                body_block: npt.NDArray[np.int64], db_path: Path, conn: Any, threads: int,
                 progress: Callable[[int, int], None] | None,
-                begin: Callable[[int, int], None] | None) -> tuple[list[_verify.BodyFault], Mask]:
-    """The kernel over the blocks in ``full`` and their bodies; (faults, mask of blocks with
-    a fault)."""
+                begin: Callable[[int, int], None] | None) -> tuple[list[_verify.BodyFault], Mask, int]:
+    """The kernel over the blocks in ``full`` and their bodies (and any body naming no
+    recorded block); (faults, mask of blocks with a fault, bodies read back)."""
     n = len(full)
-    failed = np.zeros(n, dtype=bool)
+    failed = np.zeros(n + 1, dtype=bool)
     if full.all():
         part_blocks, part_bodies = blocks, bodies
-        body_block = np.repeat(np.arange(n), counts)
     else:
-        body_mask = np.repeat(full, counts)
+        body_mask = np.append(full, True)[body_block]
         part_blocks = {k: np.asarray(v)[full] for k, v in blocks.items()}
         part_bodies = {k: np.asarray(v)[body_mask] for k, v in bodies.items()}
-        body_block = np.repeat(np.arange(n), counts)[body_mask]
+        body_block = body_block[body_mask]
     total = len(part_bodies["id"])
     if total == 0:
-        return [], failed
+        return [], failed[:n], 0
     if begin is not None:
         begin(int(np.asarray(part_bodies["body_len"]).sum()), total)
     outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=threads, progress=progress)
     failed[body_block[np.flatnonzero(outcome.status)]] = True
-    return _verify.findings_of(outcome, part_bodies, db_path, conn), failed
+    return _verify.findings_of(outcome, part_bodies, db_path, conn), failed[:n], total
 
 
 def _changed_fault(i: int, k_off: Any, k_raw: Any, k_disk: Any, old: Any, shrank: bool, status: int,
@@ -304,6 +335,8 @@ def _changed_fault(i: int, k_off: Any, k_raw: Any, k_disk: Any, old: Any, shrank
                 f"({was_raw} raw) were verified at {when}: a block's extent and raw bytes only grow together")
     elif status == _archive.EXTENT_SHRANK:
         text = f"block at offset {off}: the file shrank while it was read"
+    elif status == _archive.EXTENT_PAST_END:
+        text = f"block at offset {off} verified at {when} now lies past the end of session.bodies"
     else:
         which = "its" if was_disk == int(k_disk[i]) else f"the first {was_disk} of its"
         text = (f"block at offset {off} changed since it was verified at {when}: {which} on-disk bytes no "
@@ -313,5 +346,5 @@ def _changed_fault(i: int, k_off: Any, k_raw: Any, k_disk: Any, old: Any, shrank
     return _verify.BodyFault(None, None, None, None, off, None, None, None, "block_changed", text)
 
 
-__all__ = ["Coverage", "Outcome", "PendingRecord", "Share", "VerifyOptions", "parse_duration", "rows_digests",
+__all__ = ["Coverage", "Outcome", "PendingRecord", "Share", "VerifyOptions", "VerifyResult", "parse_duration", "rows_digests",
            "timestamp", "verify_part"]

@@ -70,10 +70,10 @@ class Subset:
         return mask
 
     def describe(self) -> str:
-        """"slice 1 of 4" or "a random 10% (seed 42)"."""
+        """"slice 1 of 4" or "a random 10% drawn with seed 42"."""
         if not self.random:
             return f"slice {self.part} of {self.of}"
-        return f"a random {self.percent:g}% (seed {self.seed})"
+        return f"a random {self.percent:g}% drawn with seed {self.seed}"
 
     def to_json(self) -> dict[str, int | float | None]:
         if not self.random:

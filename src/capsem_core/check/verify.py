@@ -49,15 +49,12 @@ def verify_bodies(conn: sqlite3.Connection, db_path: Path, index: BodyIndex, res
     finally:
         if end is not None:
             end()
-    coverage = outcome.coverage
-    failing_bodies = 0
     for f in outcome.faults:
         location = {"event_id": f.event_id, "source_table": f.source_table, "direction": f.direction,
                     "block_offset": f.block_offset, "segment_offset": f.segment_offset, "kind": f.kind}
         result.add(Finding(f.kind, ERROR, f.message, location=location))
-        failing_bodies += f.row_id is not None
-    result.counts["verified"] = coverage.verified.bodies - failing_bodies
-    return coverage, outcome.pending
+    result.counts["verified"] = outcome.verified
+    return outcome.coverage, outcome.pending
 
 
 class VerifyProgressBar:
