@@ -137,7 +137,8 @@ class PendingRecord:
             _record.save(self.path, self.identity, self.entries)
         except OSError as exc:
             self.coverage.record = "not written"
-            self.coverage.warning = f"verification record {self.path} not written: {exc.strerror or exc}"
+            said = f"verification record {self.path} not written: {exc.strerror or exc}"
+            self.coverage.warning = said if self.coverage.warning is None else f"{self.coverage.warning}; {said}"
             return
         self.coverage.record = "written"
 
