@@ -143,13 +143,17 @@ class Ledger:
                               self.db_path)
         return block_offset, body_offset, body_len, body_hash  # type: ignore[return-value]
 
-    def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
-        # Hold the lock across the whole read: the archive cursor is shared state.
+    def _refresh_archive(self) -> None:
+        # Under the lock: a session.bodies renamed over since open is opened anew.
         self._live()
         if self._archive.file_was_replaced():
             fresh = _archive.ArchiveReader(str(self.bodies_path))
             self._archive.close()  # its map and descriptor name the replaced file
             self._archive = fresh
+
+    def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
+        # Hold the lock across the whole read: the archive cursor is shared state.
+        self._refresh_archive()
         # One native call: read, inflate, check the segment hashes and the body hash (the row's
         # text parsed once into its digest; a malformed text matches no bytes).
         return self._archive.read_verified(block_offset, body_offset, body_len, body_hash, event_id)
@@ -217,6 +221,9 @@ class Ledger:
         called a few times a second. Costs one pass over the index and inflating every
         block once. Raises LedgerError when the index cannot be read or the ledger is closed.
 
+        Runs on the ledger's own connection and archive map (nothing is opened again), so
+        other reads of this Ledger wait for it.
+
         Less than every block, as ``check --verify-bodies`` does
         (``capsem_core.check.incremental``): ``incremental=True`` reads back only blocks the
         verification record (in the user cache) does not vouch for, and proves the others
@@ -227,16 +234,18 @@ class Ledger:
         ``.coverage``, what was verified fully, proven unchanged and skipped. ValueError for
         a subset or duration that does not parse, or max_age without incremental.
         """
-        self._live()
         if not incremental and subset is None and max_age is None:
-            verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress,
-                                                     conn=self._conn)
+            with self._lock:
+                self._refresh_archive()
+                verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads,
+                                                         progress, conn=self._conn, reader=self._archive)
             return VerifyResult(verified, faults)
         options = VerifyOptions(incremental=incremental,
                                 subset=Subset.parse(subset) if isinstance(subset, str) else subset,
                                 max_age=parse_duration(max_age) if isinstance(max_age, str) else max_age)
         with self._lock:
-            self._live()
+            self._refresh_archive()
+            # Bodies before blocks, as verify_ledger scans them (see check/archive.py).
             bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn)
             blocks = index.scan_blocks(self.db_path, conn=self._conn)
             outcome = verify_part(self._archive, blocks, bodies, self.db_path, options, conn=self._conn,

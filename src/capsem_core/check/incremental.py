@@ -200,11 +200,13 @@ def rows_digests(bodies: dict[str, Any], starts: npt.NDArray[np.int64],
 def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any],
                 db_path: Path, options: VerifyOptions, *, conn: Any = None, threads: int = 0,
                 progress: Callable[[int, int], None] | None = None,
-                begin: Callable[[int, int], None] | None = None) -> Outcome:
+                begin: Callable[[int, int], None] | None = None, walk: _archive.ExtentWalk | None = None) -> Outcome:
     """Verify the part of the ledger ``options`` asks for, on the open archive ``reader``.
     ``blocks``/``bodies``: the index scans (blocks by offset, bodies in archive order, every
     body naming a recorded block: the archive check found them in agreement). Failing rows
-    are labelled through ``conn``. ``begin(bytes, bodies)`` is told what the kernel will read."""
+    are labelled through ``conn``. ``begin(bytes, bodies)`` is told what the kernel will read.
+    ``walk``: the archive check's walk of every block, which the kernel reuses when it reads
+    every block back."""
     k_off = np.asarray(blocks["block_offset"], dtype=np.int64)
     k_raw = np.asarray(blocks["raw_len"], dtype=np.int64)
     k_disk = np.asarray(blocks["disk_len"], dtype=np.int64)
@@ -285,7 +287,8 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
     cov.unchanged = Share.of(proven, counts, k_disk)
     cov.verified = Share.of(full, counts, k_disk)
 
-    faults, failed, read_back = _run_kernel(reader, blocks, bodies, full, body_block, db_path, conn, threads, progress, begin)
+    faults, failed, read_back = _run_kernel(reader, blocks, bodies, full, body_block, db_path, conn, threads,
+                                            progress, begin, walk)
     pending = None
     if options.incremental and identity is not None and path is not None and rows is not None:
         # Only blocks that came out clean get new entries; every other recorded block keeps
@@ -304,7 +307,8 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
 def _run_kernel(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any], full: Mask,
                 body_block: npt.NDArray[np.int64], db_path: Path, conn: Any, threads: int,
                 progress: Callable[[int, int], None] | None,
-                begin: Callable[[int, int], None] | None) -> tuple[list[_verify.BodyFault], Mask, int]:
+                begin: Callable[[int, int], None] | None,
+                walk: _archive.ExtentWalk | None) -> tuple[list[_verify.BodyFault], Mask, int]:
     """The kernel over the blocks in ``full`` and their bodies (and any body naming no
     recorded block); (faults, mask of blocks with a fault, bodies read back)."""
     n = len(full)
@@ -321,7 +325,8 @@ def _run_kernel(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         return [], failed[:n], 0
     if begin is not None:
         begin(int(np.asarray(part_bodies["body_len"]).sum()), total)
-    outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=threads, progress=progress)
+    outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=threads, progress=progress,
+                                          walk=walk if part_blocks is blocks else None)
     failed[body_block[np.flatnonzero(outcome.status)]] = True
     return _verify.findings_of(outcome, part_bodies, db_path, conn), failed[:n], total
 

@@ -45,7 +45,7 @@ def verify_bodies(conn: sqlite3.Connection, db_path: Path, index: BodyIndex, res
     begin, end = getattr(progress, "begin", None), getattr(progress, "end", None)
     try:
         outcome = verify_part(index.reader, index.blocks, bodies, db_path, options or VerifyOptions(), conn=conn,
-                              progress=progress, begin=begin)
+                              progress=progress, begin=begin, walk=index.walk)
     finally:
         if end is not None:
             end()
