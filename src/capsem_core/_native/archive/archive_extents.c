@@ -17,7 +17,9 @@
 
 #include "archive_extents.h"
 #include "archive_format.h"
+#include "archive_file.h"
 #include "archive_guard.h"
+#include "pool_wait.h"
 #include "blake3.h"
 
 #define MAX_THREADS 256
@@ -33,14 +35,6 @@ struct capsem_extents_job {
     int nthreads;
     pthread_t tids[MAX_THREADS];
 };
-
-static void advise(const capsem_extents_spec *s, uint64_t from, uint64_t to, int advice, int inner) {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    if (to > s->size) to = s->size;
-    uint64_t a = inner ? (from + page - 1) / page * page : from / page * page;
-    uint64_t b = inner ? to / page * page : (to + page - 1) / page * page;
-    if (b > a) madvise((void *)(s->base + a), (size_t)(b - a), advice);
-}
 
 /* The hashes of the segment headers in [at + block header, end), fed in order; 0 when they
  * do not chain exactly to end (the archive check reports why; here it only marks the digest
@@ -79,7 +73,7 @@ static void hash_one(capsem_extents_job *job, size_t i) {
         return;
     }
     uint64_t a = (uint64_t)off, b = a + (uint64_t)len;
-    advise(s, a, b, MADV_WILLNEED, 0);
+    capsem_map_advise(s->base, s->size, a, b, MADV_WILLNEED, 0);
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         s->status[i] = CAPSEM_EXTENT_SHRANK;
         return;
@@ -89,7 +83,7 @@ static void hash_one(capsem_extents_job *job, size_t i) {
     int chained = segment_digest(s->base, a, b, s->segments + 32 * i);
     capsem_guard_armed = 0;
     s->status[i] = chained ? CAPSEM_EXTENT_HASHED : CAPSEM_EXTENT_UNCHAINED;
-    advise(s, a, b, MADV_DONTNEED, 1);
+    capsem_map_advise(s->base, s->size, a, b, MADV_DONTNEED, 1);
     atomic_fetch_add(&job->bytes_done, b - a);
 }
 
@@ -138,20 +132,7 @@ capsem_extents_job *capsem_extents_start(const capsem_extents_spec *spec) {
 }
 
 int capsem_extents_wait(capsem_extents_job *job, int timeout_ms, uint64_t *bytes_done) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&job->lock);
-    while (job->running > 0) {
-        if (pthread_cond_timedwait(&job->cond, &job->lock, &ts) == ETIMEDOUT) break;
-    }
-    int done = job->running == 0;
-    pthread_mutex_unlock(&job->lock);
+    int done = capsem_pool_wait(&job->lock, &job->cond, &job->running, timeout_ms);
     if (bytes_done) *bytes_done = atomic_load(&job->bytes_done);
     return done;
 }
