@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.check.test_check import _bytes, run_cli, sql, write_ledger
+from tests.check.test_check_archive import flip
 
 from capsem_core._native import _blake3
 from capsem_core.check import check_ledger
@@ -58,14 +59,6 @@ def incremental(db: Path, **kw: object):
 
 def blocks(db: Path) -> list[tuple[int, int]]:
     return [tuple(r) for r in sql(db, "SELECT block_offset, disk_len FROM body_blocks ORDER BY block_offset")]
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0x10]))
 
 
 def record_file(records: Path) -> Path:

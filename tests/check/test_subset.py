@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.check.test_check import run_cli, sql, write_ledger
-from tests.check.test_incremental import append, flip
+from tests.check.test_check_archive import flip
+from tests.check.test_incremental import append
 
 from capsem_core.check import check_ledger
 from capsem_core.check import record as _record
