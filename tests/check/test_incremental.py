@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import stat
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from tests.check.test_check import _bytes, run_cli, sql, write_ledger
 from tests.check.test_check_archive import flip
 
-from capsem_core._native import _blake3
+from capsem_core._native import _archive, _blake3
 from capsem_core.check import check_ledger
 from capsem_core.check import record as _record
 from capsem_core.check.incremental import VerifyOptions, parse_duration
 from capsem_core.ledger import Ledger
+from capsem_core.sample import write_sample_ledger
 from capsem_core.writer import Body, LedgerWriter
 
 DAY = 86400.0
@@ -420,3 +426,56 @@ def test_incremental_options_out_of_place_are_usage_errors(ledger: Path, capsys,
         run_cli(capsys, "--db", str(ledger), *argv)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and words in err and "Traceback" not in err
+
+
+# --- interrupts -----------------------------------------------------------------------------------
+
+CHILD = """
+import sys
+from capsem_core.cli import app
+print("ready", flush=True)
+while True:
+    code = app.main(sys.argv[1:])
+    if code != 0:
+        sys.exit(code)
+"""
+
+
+def test_an_interrupted_incremental_check_leaves_the_old_record_or_a_whole_new_one(tmp_path: Path,
+                                                                                  records: Path) -> None:
+    """Ctrl-C at random moments of a real process running `check --incremental` again and
+    again: the record is always one that loads as trusted (or absent), and no temporary
+    file stays."""
+    summary = write_sample_ledger(tmp_path / "big", seed=3, mix="large", raw_bytes=24 << 20)
+    db = summary.directory / "session.db"
+    env = {**os.environ, _record.RECORD_DIR_ENV: str(records)}
+    argv = [sys.executable, "-c", CHILD, "check", "--db", str(db), "--verify-bodies", "--incremental", "--json"]
+    rng = random.Random(5)
+    for round_ in range(6):
+        if round_ % 2:
+            for path in records.glob("*.record"):
+                path.unlink()   # the next run writes a record from nothing
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err
+        assert not list(records.glob(".tmp-*"))
+        for path in records.glob("*.record"):
+            with _archive.ArchiveReader(db.with_suffix(".bodies")) as reader:
+                rec, why = _record.load(path, lambda n: _record.identity_of(reader, db, n), 10_000)
+            assert rec is not None, why
+    final = incremental(db)
+    assert final.sound
+
+
+def test_a_stale_temporary_left_by_a_killed_check_is_removed_by_the_next_write(ledger: Path, records: Path) -> None:
+    incremental(ledger)
+    stale, young = records / ".tmp-dead.record", records / ".tmp-busy.record"
+    stale.write_bytes(b"partial")
+    young.write_bytes(b"partial")
+    os.utime(stale, (1, 1))
+    append(ledger.parent, 1, seed=9000)
+    assert incremental(ledger).coverage.record == "written"
+    assert not stale.exists() and young.exists()

@@ -22,6 +22,7 @@ import os
 import stat
 import struct
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,22 @@ def encode(identity: Identity, entries: Entries) -> bytes:
     return body + _blake3.digest(body)
 
 
+STALE_TEMPORARY_S = 3600
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """A process killed between creating its temporary and renaming it (SIGKILL, power loss)
+    leaves it behind; it is never read as a record (not a record's name), and is removed here
+    once it is an hour old (a younger one may be another check's, about to be renamed)."""
+    now = time.time()
+    for tmp in directory.glob(".tmp-*.record"):
+        try:
+            if now - tmp.lstat().st_mtime > STALE_TEMPORARY_S:
+                tmp.unlink()
+        except OSError:
+            pass
+
+
 def save(path: Path, identity: Identity, entries: Entries) -> None:
     """Write the record atomically: its directory (0700) made when missing, a temporary
     file (0600) beside it written and fsynced, renamed over the old record, the directory
@@ -191,6 +208,7 @@ def save(path: Path, identity: Identity, entries: Entries) -> None:
     data = encode(identity, entries)
     directory = path.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _remove_stale_temporaries(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".record")
     try:
         with os.fdopen(fd, "wb") as f:
