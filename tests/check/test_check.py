@@ -374,7 +374,8 @@ def test_json_is_one_object_with_every_check_and_the_documented_keys(ledger: Pat
     assert code == 0
     doc = json.loads(out)
     assert set(doc) == {"format", "version", "session", "db", "bodies", "rows", "verify_bodies", "status",
-                        "sound", "exit_code", "checks"}
+                        "sound", "exit_code", "checks", "coverage"}
+    assert doc["coverage"] is None   # --verify-bodies did not run
     assert (doc["format"], doc["version"], doc["status"], doc["sound"], doc["exit_code"]) == (
         "capsem-ledger-check", 1, "ok", True, 0)
     assert list(doc["checks"]) == [name for name, _ in check.CHECKS]

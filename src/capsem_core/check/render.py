@@ -7,6 +7,7 @@ table through its ``render_table``, so the only escape sequences in the text are
 
 from __future__ import annotations
 
+from capsem_core.check.incremental import Coverage, Share, timestamp
 from capsem_core.check.report import ERROR, FAIL, NOTE, OK, SKIPPED, WARN, WARNING, CheckReport, CheckResult
 from capsem_core.cli.terminal import Style, render_table, sanitize
 
@@ -52,7 +53,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     counts = tables.tables["event_counts"]
     render_table(out, s, counts.columns, counts.rows)
 
-    _render_archive(out, s, c["body_archive"], c["verify_bodies"], report.verify_bodies)
+    _render_archive(out, s, c["body_archive"], c["verify_bodies"], report.verify_bodies, report.coverage)
 
     fs = c["fs_overflow"]
     for f in fs.findings:
@@ -118,7 +119,8 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: CheckResult, requested: bool) -> None:
+def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: CheckResult, requested: bool,
+                    coverage: Coverage | None) -> None:
     out.append(s("bold", "Body archive:"))
     codes = {f.code for f in archive.findings}
     if "no_body_index" in codes:
@@ -143,6 +145,8 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
         verified = verify.counts.get("verified", 0)
         line = f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
         out.append(s("green" if not verify.findings_total else "red", line))
+        if coverage is not None:
+            _render_coverage(out, s, coverage)
     elif requested:
         # Asked for but not run: say so, or the report reads as if the bodies were fine.
         out.append(s("yellow", f"  --verify-bodies skipped: {sanitize(verify.reason)}"))
@@ -174,6 +178,26 @@ def _render_identity(out: list[str], s: Style, graph: CheckResult) -> None:
         if f.code == "route_not_compared":
             out.append(s("dim", f"  {sanitize(f.message)}"))
     out.append("")
+
+
+def _share(share: Share) -> str:
+    return (f"{share.bodies} bod{'y' if share.bodies == 1 else 'ies'} in {share.blocks} "
+            f"block{'' if share.blocks == 1 else 's'} ({share.bytes} bytes on disk)")
+
+
+def _render_coverage(out: list[str], s: Style, cov: Coverage) -> None:
+    """What a partial verify covered (nothing more is said of a whole one)."""
+    if cov.incremental or cov.subset is not None:
+        out.append(f"    verified fully: {_share(cov.verified)}")
+    if cov.incremental:
+        since = f", verified since {timestamp(cov.oldest_unchanged)}" if cov.oldest_unchanged is not None else ""
+        out.append(f"    proven unchanged since verified: {_share(cov.unchanged)}{since}")
+    if cov.subset is not None:
+        out.append(f"    skipped, outside {cov.subset.describe()}: {_share(cov.skipped)}")
+    if cov.warning is not None:
+        out.append(s("yellow", f"  {sanitize(cov.warning)}"))
+    elif cov.incremental:
+        out.append(s("dim", f"    verification record: {sanitize(cov.record_path)} ({cov.record})"))
 
 
 __all__ = ["EXAMPLES_SHOWN", "PREVIEW_CELL_CHARS", "PROBLEMS_SHOWN", "QUICK_CHECK_LINES_SHOWN", "render_text"]

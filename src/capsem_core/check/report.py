@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capsem_core.check.incremental import Coverage
 
 JSON_FORMAT = "capsem-ledger-check"
 JSON_VERSION = 1
@@ -123,6 +126,8 @@ class CheckReport:
     rows: int
     verify_bodies: bool
     checks: dict[str, CheckResult]
+    # What --verify-bodies read back, proved unchanged and skipped (None when it did not run).
+    coverage: Coverage | None = None
 
     @property
     def status(self) -> str:
@@ -158,6 +163,7 @@ class CheckReport:
             "sound": self.sound,
             "exit_code": self.exit_code(strict),
             "checks": {name: check.to_json() for name, check in self.checks.items()},
+            "coverage": None if self.coverage is None else self.coverage.to_json(),
         }
 
 
