@@ -20,6 +20,7 @@ from capsem_core.check import VerifyProgressBar, check_ledger, render_text, repo
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli import fleet
 from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
@@ -46,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object with the exact ledger values instead of the text report "
                              "(whose ledger strings are escaped for the terminal)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage")
+    fleet.add_arguments(parser)  # --all and its options (cli/fleet.py)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     err_colour = colour_wanted(sys.stderr)
     if args.list:
         return _list_sessions(args.json, out_colour, err_colour)
+    if args.all:
+        return fleet.run(args)
+    fleet.refuse_fleet_options(args)
 
     if args.db is not None:
         if args.session is not None:
