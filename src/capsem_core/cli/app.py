@@ -49,6 +49,20 @@ def package_version() -> str:
         return __version__
 
 
+class _VersionAction(argparse.Action):
+    """--version, reading the distribution's metadata only when asked (importlib.metadata
+    costs every other command tens of milliseconds of start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {package_version()}")  # stdout, as argparse's own version action
+        parser.exit()
+
+
 # Commands that write: SIGTERM raises Terminated in them, so the writers' exit paths run (and
 # leave a sound ledger) exactly as for Ctrl-C, instead of the process dying mid-record.
 WRITING_COMMANDS = frozenset(("sample", "rollup"))
@@ -60,8 +74,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
-                        help="print the capsem-core version and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, help_text, add_arguments, run in _commands():
