@@ -191,6 +191,15 @@ def test_options_of_check_all_alone_are_refused_without_it(shared_home, run_cli)
     assert done.returncode == 2 and "--jobs must be at least 1" in done.stderr
     done = run_cli(shared_home.home, "--all", "some-session")
     assert done.returncode == 2 and "no SESSION or --db" in done.stderr
+    done = run_cli(shared_home.home, "--all", "--scheduler", "somewhere:8786")
+    assert done.returncode == 2 and "--scheduler takes tcp://host:port or 'local'" in done.stderr
+
+
+def test_a_home_with_no_ledgers_is_an_error_naming_where_it_looked(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    done = run_cli(tmp_path / "empty-home", "--all")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"capsem-ledger check: no ledgers found in {tmp_path}/empty-home/run/sessions, "
+                                   f"{tmp_path}/empty-home/run/persistent")
 
 
 def test_incremental_passes_through_to_check_or_is_refused_naming_itself(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]

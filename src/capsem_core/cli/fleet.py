@@ -26,6 +26,8 @@ from capsem_core.check.report import FAIL
 from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
+from capsem_core.errors import LedgerError
+from capsem_core.sessions.home import home_layout
 from capsem_core.fleet import FleetReport, LedgerResult, UnsupportedOption, check_all, discover, fleet_to_json
 
 if TYPE_CHECKING:
@@ -78,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs == 0:
         raise UsageError("--jobs must be at least 1")
     extra = {name: getattr(args, name) for name in PASSED_THROUGH if getattr(args, name, None) is not None}
+    if args.scheduler is not None and args.scheduler != "local" and "://" not in args.scheduler:
+        raise UsageError(f"--scheduler takes tcp://host:port or 'local', not {args.scheduler!r}")
     if args.scheduler is not None:
         from capsem_core.fleet.cluster import DaskMissing, require_dask
 
@@ -103,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, extra: dict[str, Any]) -> FleetReport:
     found = discover(args.path, home=True)
+    if not found.ledgers:
+        layout = home_layout()
+        where = [str(layout.sessions_root), str(layout.persistent_root)] + [str(p) for p in args.path]
+        raise LedgerError(f"no ledgers found in {', '.join(where)}")
     bar = FleetProgressBar(len(found.ledgers), sum(x.size for x in found.ledgers)) if sys.stderr.isatty() else None
     client_context: ContextManager[Any] = nullcontext(None)
     if args.scheduler is not None:
