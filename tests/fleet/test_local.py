@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from tests.fleet.crashing import answer_or_crash
-from tests.fleet.helpers import fleet_home, heavy_ledger, verdicts
+from tests.fleet.helpers import fleet_home, heavy_ledger, verdicts, wait_for
 
 from capsem_core import cli
 from capsem_core.check import check_ledger
@@ -222,3 +222,24 @@ def test_scheduler_without_dask_says_in_one_line_how_to_install_it(tmp_path: Pat
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "capsem-ledger check: --scheduler needs Dask, which is not installed: pip install 'capsem-core[fleet]'"]
+
+
+def test_sigterm_ends_the_run_and_its_check_processes_with_143(tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=8, sessions=1)
+    env = dict(os.environ, CAPSEM_HOME=str(home.home), CAPSEM_RUN_DIR=str(home.home / "run"))
+    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "check", "--all", "--verify-bodies", "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        parent = psutil.Process(proc.pid)
+        checks = wait_for(lambda: [c for s in parent.children() for c in s.children()], timeout=120, every=0.005)
+        family = parent.children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143 and err.strip() == "capsem-ledger check: terminated"
+    assert checks
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
