@@ -72,14 +72,17 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, **check_kwargs: Any) -> int:
     """``check --all``: the fleet run and its report; exit status 1 when any ledger is
-    damaged or unreadable."""
+    damaged or unreadable. ``check_kwargs``: keyword arguments of ``check_ledger`` that
+    ``check`` built from its own options (e.g. its verify options), passed to every ledger's
+    check; without them, the PASSED_THROUGH options are read from ``args`` by name."""
     if args.session is not None or args.db is not None:
         raise UsageError("check --all checks every ledger; give no SESSION or --db with it")
     if args.jobs == 0:
         raise UsageError("--jobs must be at least 1")
-    extra = {name: getattr(args, name) for name in PASSED_THROUGH if getattr(args, name, None) is not None}
+    extra = dict(check_kwargs) or {name: getattr(args, name) for name in PASSED_THROUGH
+                                   if getattr(args, name, None) is not None}
     if args.scheduler is not None and args.scheduler != "local" and "://" not in args.scheduler:
         raise UsageError(f"--scheduler takes tcp://host:port or 'local', not {args.scheduler!r}")
     if args.scheduler is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from capsem_core.fleet.discover import MAX_TREE_DEPTH, Discovery, FleetLedger, discover
 from capsem_core.fleet.local import ProcessDied, TaskRaised, default_jobs, run_each
 from capsem_core.fleet.results import FleetReport, LedgerResult
-from capsem_core.fleet.task import SPLITTABLE_OPTIONS, LedgerTask, TaskOutcome, check_options, check_task
+from capsem_core.fleet.task import LedgerTask, TaskOutcome, check_options, check_task, splittable
 from capsem_core.sessions.home import Home
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
         from capsem_core.fleet import cluster
 
         workers = sum(w.get("nthreads", 1) for w in client.scheduler_info(n_workers=-1)["workers"].values())
-        results = cluster.run_on_cluster(client, ledgers, options, split=set(options) <= SPLITTABLE_OPTIONS,
+        results = cluster.run_on_cluster(client, ledgers, options, split=splittable(options),
                                          range_bytes=range_bytes,
                                          retries=cluster.DEFAULT_RETRIES if retries is None else retries,
                                          on_result=progress)

@@ -44,6 +44,16 @@ _CHECK_PARAMETERS = frozenset(inspect.signature(check_ledger).parameters) - {"db
 SPLITTABLE_OPTIONS = frozenset(("rows", "verify_bodies"))
 
 
+def splittable(options: dict[str, Any]) -> bool:
+    """True when a ledger checked with ``options`` may have its verify split into block
+    ranges: nothing but rows and verify_bodies, or a verify-options value that reads every
+    block in full (its ``whole`` is True: no incremental record, no subset)."""
+    for name, value in options.items():
+        if name not in SPLITTABLE_OPTIONS and not getattr(value, "whole", False):
+            return False
+    return True
+
+
 class UnsupportedOption(ValueError):
     """A check option this build's ``check_ledger`` does not take."""
 
@@ -132,6 +142,8 @@ class RangeOutcome:
 
     bodies_indexed: int = 0
     blocks_indexed: int = 0
+    blocks: int = 0
+    disk_bytes: int = 0                 # on-disk bytes of the range's blocks
     bodies: int = 0
     body_bytes: int = 0
     failures: int = 0
@@ -175,6 +187,8 @@ def _verify_range(task: RangeTask, out: RangeOutcome) -> None:
         k_lo, k_hi = (int(x) for x in np.searchsorted(k_off, [task.lo, hi], side="left"))
         b_lo, b_hi = (int(x) for x in np.searchsorted(b_blk, [task.lo, hi], side="left"))
         sub_bodies = _slice(bodies, b_lo, b_hi)
+        out.blocks = k_hi - k_lo
+        out.disk_bytes = int(blocks["disk_len"][k_lo:k_hi].sum()) if out.blocks else 0
         out.bodies = b_hi - b_lo
         out.body_bytes = int(sub_bodies["body_len"].sum()) if out.bodies else 0
         if out.bodies == 0:
@@ -202,4 +216,4 @@ def block_ranges(archive_size: int, range_bytes: int) -> list[tuple[int, int | N
 
 
 __all__ = ["SPLITTABLE_OPTIONS", "LedgerTask", "RangeOutcome", "RangeTask", "TaskOutcome", "UnsupportedOption",
-           "block_ranges", "check_options", "check_task", "failure_text", "range_task", "worker_name"]
+           "block_ranges", "check_options", "check_task", "failure_text", "range_task", "splittable", "worker_name"]
