@@ -173,10 +173,11 @@ def _worse(a: str, b: str) -> str:
 
 def report_to_json(report: CheckReport, *, strict: bool = False) -> str:
     """The report as one JSON object with the exact ledger values (digests as hex)."""
-    return json.dumps(report.to_json(strict), indent=2, default=_json_default) + "\n"
+    return json.dumps(report.to_json(strict), indent=2, default=json_default) + "\n"
 
 
-def _json_default(value: object) -> str:
+def json_default(value: object) -> str:
+    """JSON for the values a report holds that json does not know: digests as hex, paths as text."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, Path):
@@ -185,4 +186,5 @@ def _json_default(value: object) -> str:
 
 
 __all__ = ["CHECKS", "ERROR", "FAIL", "JSON_FORMAT", "JSON_VERSION", "MAX_FINDINGS_PER_CHECK", "NOTE", "OK",
-           "SKIPPED", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "Table", "Value", "report_to_json"]
+           "SKIPPED", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "Table", "Value", "json_default",
+           "report_to_json"]

@@ -129,7 +129,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         if not report.verify_bodies:
             verify.skip("not requested (--verify-bodies reads every body back through its hash)")
         elif index is None or not index.archive_sound or index.reader is None:
-            verify.skip("the body index and archive disagree; bodies are not read until they agree")
+            verify.skip(_verify_step.SKIPPED_UNTIL_AGREE)
         else:
             report.coverage, pending = _verify_step.verify_bodies(conn, db_path, index, verify, progress, options)
     finally:

@@ -23,6 +23,7 @@ from capsem_core.check.subset import Subset
 from capsem_core.check.report import Table, Value
 from capsem_core.check.route import SessionRoute
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli import fleet
 from capsem_core.cli.arguments import db_argument, db_hint, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(whose ledger strings are escaped for the terminal)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage (the identity graph's warnings, "
                              "main.db totals that differ from the ledger's, ...)")
+    fleet.add_arguments(parser)  # --all and its options (cli/fleet.py)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     err_colour = colour_wanted(sys.stderr)
     if args.list:
         return _list_sessions(args.json, out_colour, err_colour)
+    if args.all:
+        return fleet.run(args, options=_verify_options(args))
+    fleet.refuse_fleet_options(args)
 
     route: SessionRoute | None = None  # --db: no home, so main.db's totals are not compared
     if args.db is not None:
