@@ -1,23 +1,23 @@
 """Running the checks of one ledger: the doctor's order, and what is skipped when.
 
-``check_ledger`` opens the ledger (``opening.py``), runs ``PRAGMA quick_check`` on a thread of
-its own while the other checks read one snapshot on a second connection (the SQL checks,
-the native index scans and the labels of --verify-bodies' findings, in one read
-transaction), throws their results away if the pages are damaged (the report then ends at
-page integrity, as the doctor's does), and runs --verify-bodies last, only when it is asked
-for and the archive check found the index and the file in agreement, on the archive reader
-that check opened.
+``check_ledger`` opens the ledger (``opening.py``), begins one read transaction on the
+checks' connection, starts the page check (``pages.py``: quick_check per table on one
+connection per core plus the native page map, or one whole-file quick_check when a -wal
+holds pages) on worker threads, and meanwhile runs the other checks in that transaction (the
+SQL checks, the native index scans and the labels of --verify-bodies' findings). It throws
+their results away if the pages are damaged (the report then ends at page integrity, as the
+doctor's does), and runs --verify-bodies last, only when it is asked for and the archive
+check found the index and the file in agreement, on the archive reader that check opened.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.check import archive, opening, sql_checks
+from capsem_core.check import archive, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
 from capsem_core.check.verify import ProgressCallback
@@ -26,8 +26,10 @@ from capsem_core.paths import archive_path_for
 
 
 def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
-                 progress: ProgressCallback | None = None) -> CheckReport:
+                 progress: ProgressCallback | None = None, page_threads: int | None = None) -> CheckReport:
     """Run every check on the ledger whose ``session.db`` is ``db_path``.
+
+    ``page_threads``: worker threads of the page check (default: one per core).
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
@@ -52,13 +54,14 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
                                      "storage to check all of it)", count=plan.unread_wal.commits,
                                      location={"file": str(plan.unread_wal.path)}))
     conn = opening.open_read_only(db_path, plan)
-    pages_conn = opening.open_read_only(db_path, plan)
-    # quick_check is one long single-threaded pass over every page; the other checks run
-    # meanwhile on their own connection and are thrown away if it finds damage, so the
-    # report reads as if it had gone first (and a damaged file still ends it).
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capsem-quick-check")
-    pages = pool.submit(sql_checks.check_pages, pages_conn, checks["pages"])
+    page_check: pages.PageCheck | None = None
     try:
+        # One read transaction serves every read of session.db: the page check's workers
+        # begin theirs after it (pages.py says why they then read the same pages), and the
+        # other checks run in it while the page check runs on its own threads. Their results
+        # are thrown away if it finds damage, so the report reads as if it had gone first.
+        conn.execute("BEGIN")
+        page_check = pages.PageCheck.start(db_path, plan, conn, checks["pages"], page_threads)
         failure: LedgerError | None = None
         try:
             _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
@@ -66,10 +69,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             failure = exc
         except sqlite3.Error as exc:
             failure = LedgerError(_sqlite_message(exc), db_path)
-        try:
-            pages.result()
-        except sqlite3.Error as exc:
-            raise LedgerError(_sqlite_message(exc), db_path) from None
+        page_check.wait()
         if checks["pages"].status == FAIL:
             for name, title in CHECKS:
                 if name != "pages":
@@ -78,11 +78,11 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             return report
         if failure is not None:
             raise failure
+    except sqlite3.Error as exc:
+        raise LedgerError(_sqlite_message(exc), db_path) from None
     finally:
-        if not pages.done():
-            pages_conn.interrupt()
-        pool.shutdown(wait=True)
-        pages_conn.close()
+        if page_check is not None:
+            page_check.close()
         conn.close()
     return report
 
@@ -91,7 +91,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                       progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
-    # One read transaction serves every read of session.db after quick_check: the SQL checks
+    # One read transaction (begun by check_ledger) serves every read of session.db: the SQL checks
     # (a writer committing meanwhile cannot make one count disagree with another: a response
     # counted whose call was not, a total below its part), the native index scans (on this
     # connection, see capsem_core.index) and the labels of --verify-bodies' findings. It stays
@@ -99,7 +99,6 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     # checkpointed past this snapshot (it is once the check ends); one snapshot is what lets
     # every figure of the report describe the same ledger.
     index: archive.BodyIndex | None = None
-    conn.execute("BEGIN")
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
         tables = sql_checks.table_names(conn)
@@ -121,8 +120,6 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     finally:
         if index is not None:
             index.close()
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:
