@@ -36,7 +36,7 @@ from capsem_core import db
 from capsem_core._native import _pages
 from capsem_core.check import opening
 from capsem_core.check.page_words import walk_lines
-from capsem_core.check.report import ERROR, CheckResult, Finding
+from capsem_core.check.report import CHECKS, ERROR, CheckResult, Finding
 from capsem_core.errors import LedgerError
 
 PER_TABLE, WHOLE_FILE = "per_table", "whole_file"
@@ -56,9 +56,13 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def damage_lines(exc: sqlite3.DatabaseError) -> list[str]:
+def damage_lines(exc: sqlite3.DatabaseError | UnicodeDecodeError) -> list[str]:
     """SQLite's own error when it is damage (corrupt, not a database); else re-raises it: a
-    lock or an I/O failure is not a verdict on the pages."""
+    lock or an I/O failure is not a verdict on the pages. An error the sqlite3 module cannot
+    decode quotes the file's own broken bytes (a malformed schema's name): damage too, in
+    SQLite's words as far as they read."""
+    if isinstance(exc, UnicodeDecodeError):
+        return [bytes(exc.object).decode("utf-8", "replace")]
     if getattr(exc, "sqlite_errorname", "") not in _DAMAGE_ERRORS:
         raise exc
     return [str(exc)]
@@ -68,10 +72,19 @@ def quick_check_lines(conn: sqlite3.Connection, table: str | None = None) -> lis
     """``PRAGMA quick_check`` (of one table when ``table`` is given): its lines, ``["ok"]``
     when sound. A damaged file SQLite refuses to read gives its error as the one line."""
     sql = "PRAGMA quick_check" if table is None else "PRAGMA main.quick_check(" + _quote(table) + ")"
+    # A damaged file's lines may quote bytes that are not UTF-8 (a name in a broken record).
+    factory = conn.text_factory
+    conn.text_factory = _lenient_text
     try:
         return [str(r[0]) for r in conn.execute(sql)]
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         return damage_lines(exc)
+    finally:
+        conn.text_factory = factory
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _quote(text: str) -> str:
@@ -87,7 +100,12 @@ class _Schema:
 
 
 def _read_schema(conn: sqlite3.Connection) -> _Schema:
-    rows = conn.execute("SELECT type, name, tbl_name, rootpage FROM sqlite_schema").fetchall()
+    factory = conn.text_factory
+    conn.text_factory = _lenient_text
+    try:
+        rows = conn.execute("SELECT type, name, tbl_name, rootpage FROM sqlite_schema").fetchall()
+    finally:
+        conn.text_factory = factory
     tables = [str(name) for kind, name, _t, _r in rows if kind == "table"]
     roots, table_of, names = [1], [SCHEMA_TABLE], {1: f"table {SCHEMA_TABLE}"}
     for kind, name, tbl_name, rootpage in rows:
@@ -160,7 +178,7 @@ class PageCheck:
     def _begin(self, plan: db.ReadPlan, conn: sqlite3.Connection) -> None:
         try:
             self._schema = _read_schema(conn)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             self._early = damage_lines(exc)
             return
         for _ in range(self.threads):
@@ -169,7 +187,7 @@ class PageCheck:
             worker.execute("BEGIN")
             try:
                 worker.execute("PRAGMA schema_version").fetchone()   # the snapshot begins here
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 self._early = damage_lines(exc)
                 return
         if _main_file_is_the_snapshot(self.db_path, plan):
@@ -291,5 +309,24 @@ class PageCheck:
             self._file = None
 
 
-__all__ = ["PER_TABLE", "SCHEMA_TABLE", "WALK_COST_PER_PAGE", "WHOLE_FILE", "PageCheck", "cores", "damage_lines",
+def check_pages(db_path: os.PathLike[str] | str, *, threads: int | None = None) -> CheckResult:
+    """The page check alone: the report's ``pages`` section for ``db_path`` (its lines as
+    findings, ``counts["damaged"]``), run as ``check`` runs it."""
+    path = Path(db_path)
+    result = CheckResult("pages", dict(CHECKS)["pages"])
+    plan = db.read_plan(path)
+    conn = opening.open_read_only(path, plan)
+    try:
+        conn.execute("BEGIN")
+        check = PageCheck.start(path, plan, conn, result, threads)
+        try:
+            check.wait()
+        finally:
+            check.close()
+    finally:
+        conn.close()
+    return result
+
+
+__all__ = ["PER_TABLE", "SCHEMA_TABLE", "WALK_COST_PER_PAGE", "WHOLE_FILE", "PageCheck", "check_pages", "cores", "damage_lines",
            "quick_check_lines"]

@@ -69,6 +69,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             failure = exc
         except sqlite3.Error as exc:
             failure = LedgerError(_sqlite_message(exc), db_path)
+        except UnicodeDecodeError as exc:   # an error quoting a damaged file's own bytes
+            failure = LedgerError(bytes(exc.object).decode("utf-8", "replace"), db_path)
         page_check.wait()
         if checks["pages"].status == FAIL:
             for name, title in CHECKS:
