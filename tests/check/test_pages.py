@@ -56,14 +56,13 @@ def _freelist(data: bytes, page_size: int) -> tuple[list[int], list[int]]:
     return trunks, leaves
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Sample:
-    directory = tmp_path_factory.mktemp("pages") / "sess"
+def _write_sample(directory: Path, auto_vacuum: str) -> Sample:
     write_sample_ledger(directory, seed=5, bodies=120)
     db = directory / "session.db"
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode = DELETE")
     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+    conn.execute(f"PRAGMA auto_vacuum = {auto_vacuum}")
     conn.execute("VACUUM")
     # Long values spill into overflow chains; deleting some of them and a run of rows puts
     # overflow and leaf pages on the freelist.
@@ -82,6 +81,19 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Sample:
                     sorted(p for p, kind, _ in stat if kind == "overflow"), trunks + leaves,
                     sorted(p for p, kind in btree.items() if kind == "internal"))
     assert len(sample.overflow) >= 10 and trunks and len(leaves) >= 5 and len(sample.interior) >= 5
+    return sample
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Sample:
+    return _write_sample(tmp_path_factory.mktemp("pages") / "sess", "NONE")
+
+
+@pytest.fixture(scope="module")
+def vacuum_sample(tmp_path_factory: pytest.TempPathFactory) -> Sample:
+    """The same ledger with incremental auto-vacuum: pointer-map pages, a freelist kept."""
+    sample = _write_sample(tmp_path_factory.mktemp("pages-av") / "sess", "INCREMENTAL")
+    assert _u32(sample.data, 52) != 0
     return sample
 
 
@@ -229,12 +241,11 @@ def test_the_sample_passes_both_and_the_page_map_sees_its_freelist_and_overflow(
     assert result.counts["tables_checked"] > 10
 
 
-def test_every_damaged_copy_quick_check_rejects_is_rejected_and_every_sound_one_passes(
-        sample: Sample, tmp_path: Path) -> None:
-    rng = random.Random(20261130)
+def _differential(sample: Sample, tmp_path: Path, seed: int, cases: int) -> dict[str, dict[str, int]]:
+    rng = random.Random(seed)
     seen: dict[str, dict[str, int]] = {}
     wrong: list[str] = []
-    for case in range(CASES):
+    for case in range(cases):
         kind, data = damage(rng, sample)
         db = _fresh(tmp_path / "case", data)
         want = quick_check_verdict(db)
@@ -248,11 +259,38 @@ def test_every_damaged_copy_quick_check_rejects_is_rejected_and_every_sound_one_
         elif want == "sound":
             assert method == PER_TABLE, f"case {case} ({kind}) was not checked per table"
     assert wrong == [], "\n".join(wrong)
+    return seen
+
+
+def test_every_damaged_copy_quick_check_rejects_is_rejected_and_every_sound_one_passes(
+        sample: Sample, tmp_path: Path) -> None:
+    seen = _differential(sample, tmp_path, 20261130, CASES)
     # The generator is only a test if it makes both kinds of copies, of every sort.
     verdicts = {v: sum(c.get(v, 0) for c in seen.values()) for v in ("sound", "damaged")}
     assert verdicts["damaged"] >= 120 and verdicts["sound"] >= 30, seen
     for kind in ("child_pointer", "twice", "freelist", "overflow", "truncate", "cell_pointer", "page_header"):
         assert seen[kind].get("damaged", 0) >= 3, (kind, seen[kind])
+
+
+def test_an_auto_vacuum_ledger_gets_quick_checks_verdict_too(vacuum_sample: Sample, tmp_path: Path) -> None:
+    db = _fresh(tmp_path / "s", vacuum_sample.data)
+    assert check_pages(db, threads=2).counts["damaged"] is False
+    seen = _differential(vacuum_sample, tmp_path, 7, 120)
+    assert sum(c.get("damaged", 0) for c in seen.values()) >= 40
+
+
+def test_a_root_pages_pointer_map_entry_is_checked_though_no_table_check_reads_it(
+        vacuum_sample: Sample, tmp_path: Path) -> None:
+    data = bytearray(vacuum_sample.data)
+    # Page 2 is the first pointer-map page: pages 3 to 2 + PAGE_SIZE // 5, page p's entry at 5 * (p - 3).
+    ptrmap = (2 - 1) * PAGE_SIZE
+    roots = sorted(p for p in vacuum_sample.btree if 2 < p <= 2 + PAGE_SIZE // 5 and data[ptrmap + 5 * (p - 3)] == 1)
+    data[ptrmap + 5 * (roots[-1] - 3)] = 5   # a root now claims to be a b-tree child page
+    db = _fresh(tmp_path / "ptrmap", bytes(data))
+    assert _per_table_only(db) == []
+    assert quick_check_verdict(db) == "damaged"
+    messages = [f.message for f in check_pages(db, threads=1).findings]
+    assert any(m.startswith(f"Bad ptr map entry key={roots[-1]} expected=(1,0)") for m in messages), messages
 
 
 def _per_table_only(db: Path) -> list[str]:
