@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "map_guard.h"
+#include "page_cells.h"
 #include "page_map.h"
 
 /* Owners beyond the trees (which are 1 + the index of their root in `roots`). */
@@ -138,79 +139,6 @@ static void check_ptrmap(walker *k, uint32_t key, uint32_t type, uint32_t parent
 
 /* --- b-tree pages ----------------------------------------------------------------------------- */
 
-/* SQLite's payload-size varint: at most 9 bytes, 7 bits each, kept in 32 bits. Returns the
- * bytes read, or 0 when the varint runs off the page (`end`). */
-static unsigned payload_varint(const uint8_t *p, const uint8_t *end, uint32_t *out) {
-    uint32_t v = 0;
-    for (unsigned i = 0; i < 9; i++) {
-        if (p + i >= end) return 0;
-        v = (v << 7) | (p[i] & 0x7f);
-        if (!(p[i] & 0x80) || i == 8) {
-            *out = v;
-            return i + 1;
-        }
-    }
-    return 0;
-}
-
-/* The length of a 64-bit varint (a rowid): 1 to 9 bytes, or 0 when it runs off the page. */
-static unsigned varint_len(const uint8_t *p, const uint8_t *end) {
-    for (unsigned i = 0; i < 9; i++) {
-        if (p + i >= end) return 0;
-        if (!(p[i] & 0x80) || i == 8) return i + 1;
-    }
-    return 0;
-}
-
-typedef struct {
-    uint32_t size;    /* bytes of the cell on its page */
-    uint32_t payload; /* payload bytes in all */
-    uint32_t local;   /* of which on the page */
-} cell_info;
-
-/* The cell at `pc` of a page of `type` (SQLite's btreeParseCellPtr*): 0, or -1 when its
- * header runs off the page. */
-static int parse_cell(const walker *k, uint8_t type, const uint8_t *page, uint32_t pc, cell_info *c) {
-    const uint8_t *end = page + k->h.page_size;
-    const uint8_t *cell = page + pc, *q = cell;
-    uint32_t usable = k->h.usable;
-    uint32_t min_local = (usable - 12) * 32 / 255 - 23;
-    uint32_t max_local;
-    unsigned n;
-    if (type == 0x05) { /* table interior: child pointer, rowid */
-        n = varint_len(cell + 4, end);
-        if (!n) return -1;
-        c->size = 4 + n;
-        c->payload = c->local = 0;
-        return 0;
-    }
-    if (type == 0x0D) { /* table leaf: payload size, rowid, payload */
-        max_local = usable - 35;
-        n = payload_varint(q, end, &c->payload);
-        if (!n) return -1;
-        q += n;
-        n = varint_len(q, end);
-        if (!n) return -1;
-        q += n;
-    } else { /* index: (child pointer,) payload size, payload */
-        max_local = (usable - 12) * 64 / 255 - 23;
-        q += type == 0x02 ? 4 : 0;
-        n = payload_varint(q, end, &c->payload);
-        if (!n) return -1;
-        q += n;
-    }
-    uint32_t head = (uint32_t)(q - cell);
-    if (c->payload <= max_local) {
-        c->local = c->payload;
-        c->size = c->payload + head < 4 ? 4 : c->payload + head;
-    } else {
-        uint32_t surplus = min_local + (c->payload - min_local) % (usable - 4);
-        c->local = surplus <= max_local ? surplus : min_local;
-        c->size = head + c->local + 4;
-    }
-    return 0;
-}
-
 /* An overflow chain of the `want` pages the cell's payload needs (SQLite follows it as far;
  * a chain ending early is in-tree damage). */
 static void walk_chain(walker *k, uint32_t head, uint32_t want, uint32_t owner, uint32_t from) {
@@ -232,55 +160,17 @@ static void walk_chain(walker *k, uint32_t head, uint32_t want, uint32_t owner, 
 /* The cell pointer array of page `pgno` (of `type`): the offset of cell `i`, or 0 when it is
  * outside the cell content area (in-tree damage, noted). */
 static uint32_t cell_at(walker *k, const uint8_t *page, uint32_t hdr, uint8_t type, uint32_t i, uint32_t pgno,
-                        uint32_t owner, cell_info *c) {
+                        uint32_t owner, capsem_cell *c) {
     uint32_t leaf = (type & 0x08) != 0;
     uint32_t content = get2(page + hdr + 5);
     if (content == 0) content = 65536;
     uint32_t pc = get2(page + hdr + (leaf ? 8 : 12) + 2 * i);
-    if (pc < content || pc > k->h.usable - 4 || parse_cell(k, type, page, pc, c) != 0 ||
+    if (pc < content || pc > k->h.usable - 4 || capsem_parse_cell(k->h.page_size, k->h.usable, type, page, pc, c) != 0 ||
         (uint64_t)pc + c->size > k->h.usable) {
         add(k, CAPSEM_PG_BAD_CELL, 1, pgno, root_of(k, owner), 0, i, pc);
         return 0;
     }
     return pc;
-}
-
-/* 1 when no cell of the page can have an overflow chain, read from the cell pointer array
- * alone (the cells themselves stay untouched: they are most of a walk's memory traffic). On a
- * page SQLite accepts, cells do not overlap, so a cell is no larger than the distance from
- * its offset to the next cell's above it (or to the end of the usable area); a cell that
- * spills holds at least min_local bytes of payload, a size varint and the 4-byte overflow
- * pointer. When every such distance is shorter, no cell spills. A damaged page may fool
- * this, but then that tree's own check reports it. The cell starts are sorted through a
- * bitmap of the page's bytes (SQLite keeps them in key order, not address order). */
-static int cannot_spill(walker *k, const uint8_t *page, uint32_t hdr, uint8_t type, uint32_t ncell) {
-    uint32_t usable = k->h.usable;
-    uint32_t least = (usable - 12) * 32 / 255 - 23 + 5;
-    uint32_t content = get2(page + hdr + 5);
-    if (content == 0) content = 65536;
-    const uint8_t *ptr = page + hdr + ((type & 0x08) ? 8 : 12);
-    uint64_t *bits = k->starts;
-    size_t words = (usable + 63) / 64;
-    memset(bits, 0, words * sizeof *bits);
-    for (uint32_t i = 0; i < ncell; i++) {
-        uint32_t at = get2(ptr + 2 * i);
-        if (at < content || at > usable - 4) return 0;
-        uint64_t bit = 1ull << (at & 63);
-        if (bits[at >> 6] & bit) return 0;
-        bits[at >> 6] |= bit;
-    }
-    uint32_t above = usable;
-    for (size_t w = words; w-- > (content >> 6);) {
-        uint64_t x = bits[w];
-        while (x) {
-            unsigned hi = 63u - (unsigned)__builtin_clzll(x);
-            uint32_t at = (uint32_t)(w * 64 + hi);
-            if (above - at >= least) return 0;
-            above = at;
-            x &= ~(1ull << hi);
-        }
-    }
-    return 1;
 }
 
 /* Visit page `pgno` of a tree: take it, check its header, walk the overflow chains of its
@@ -308,7 +198,7 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
         add(k, CAPSEM_PG_BAD_CELLS, 1, pgno, root, from, ncell, max_cells);
         return -1;
     }
-    if (type != 0x05 && !cannot_spill(k, page, hdr, type, ncell)) { /* cells with payload: overflow chains */
+    if (type != 0x05 && !capsem_cells_cannot_spill(k->h.usable, page, hdr, type, ncell, k->starts)) { /* cells with payload: overflow chains */
         uint32_t usable = k->h.usable;
         uint32_t content = get2(page + hdr + 5);
         if (content == 0) content = 65536;
@@ -324,7 +214,7 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
                 uint32_t payload = b0 < 0x80 ? b0 : b1 < 0x80 ? ((b0 & 0x7f) << 7) | b1 : max_local + 1;
                 if (payload <= max_local) continue;
             }
-            cell_info c;
+            capsem_cell c;
             uint32_t pc = cell_at(k, page, hdr, type, i, pgno, owner, &c);
             if (pc && c.payload > c.local) {
                 uint32_t want = (c.payload - c.local + usable - 5) / (usable - 4); /* SQLite's u32 sum */
@@ -343,7 +233,7 @@ static uint32_t child_at(walker *k, uint32_t pgno, uint32_t i, uint32_t owner) {
     uint32_t hdr = pgno == 1 ? 100 : 0;
     uint32_t ncell = get2(page + hdr + 3);
     if (i >= ncell) return get4(page + hdr + 8);
-    cell_info c;
+    capsem_cell c;
     /* Interior table cells were not visited for overflow: note their bad offsets here. */
     uint8_t type = page[hdr];
     uint32_t pc;
@@ -353,7 +243,7 @@ static uint32_t child_at(walker *k, uint32_t pgno, uint32_t i, uint32_t owner) {
         uint32_t content = get2(page + hdr + 5);
         if (content == 0) content = 65536;
         pc = get2(page + hdr + 12 + 2 * i);
-        if (pc < content || pc > k->h.usable - 4 || parse_cell(k, type, page, pc, &c) != 0 ||
+        if (pc < content || pc > k->h.usable - 4 || capsem_parse_cell(k->h.page_size, k->h.usable, type, page, pc, &c) != 0 ||
             (uint64_t)pc + c.size > k->h.usable)
             pc = 0;
     }
@@ -484,6 +374,10 @@ int capsem_page_header_parse(const uint8_t *map, uint64_t size, capsem_page_head
 static void walk_all(walker *k) {
     capsem_page_walk *w = k->w;
     const capsem_page_header *h = &k->h;
+    if (k->cancel && *k->cancel) {
+        k->stopped = 1;
+        return;
+    }
     if (h->lock_page <= h->page_count) k->owner[h->lock_page] = OWNER_LOCK;
     walk_freelist(k);
     /* What only a check of every root sees in an auto-vacuum file: the largest root is the
