@@ -2,9 +2,10 @@
 thread and session.bodies once, and reports the same as the path that opens its own.
 
 The open counts are read off ``strace -f -e trace=openat,open`` of the real command: the
-quick_check thread's connection and the checks' connection (whose read transaction the SQL
-checks, the native index scans and the labels share) are the only opens of session.db, and
-one ArchiveReader serves the file-header check, the extent walk and the verify kernel.
+checks' connection (whose read transaction the SQL checks, the native index scans and the
+labels share), one connection per page-check thread and the page map's read-only map are
+the only opens of session.db, and one ArchiveReader serves the file-header check, the extent
+walk and the verify kernel.
 ``CAPSEM_CORE_SHARE_CONNECTION=0`` forces the fallback (the scans open their own
 connection from the URI): its report must be the same.
 """
@@ -69,7 +70,9 @@ def test_verify_bodies_opens_session_db_once_per_scanning_thread_and_session_bod
     bodies_opens = _opens(trace, sample.with_suffix(".bodies"))
     # 400 bodies are far below PARALLEL_MIN_ROWS: the scan has one reader, so no extra
     # scan thread opens a connection of its own.
-    assert len(db_opens) == 2, "\n".join(db_opens)
+    pages = json.loads(shared.stdout)["checks"]["pages"]["counts"]
+    assert pages["method"] == "per_table"
+    assert len(db_opens) == 1 + pages["threads"] + 1, "\n".join(db_opens)
     assert len(bodies_opens) == 1, "\n".join(bodies_opens)
 
     _cleanup(sample)

@@ -17,7 +17,8 @@ def test_the_native_tree_is_grouped_by_concept():
     for want in ("archive/_archive.pyx", "archive/archive_reader.c", "archive/archive_verify.c",
                  "index/_index.pyx", "index/index_scan.c", "blake3/_blake3.pyx", "blake3/blake3_dispatch.c",
                  "blake3/x86/blake3_avx2.c", "blake3/x86/blake3_avx512.c", "blake3/x86/blake3_sse41.c",
-                 "common/_errors.pyx", "common/status.c", "common/status.h", "common/codec_abi.h"):
+                 "common/_errors.pyx", "common/status.c", "common/status.h", "common/codec_abi.h",
+                 "common/map_guard.c", "pages/_pages.pyx", "pages/page_map.c"):
         assert want in names, want
     assert not (ROOT / "cext").exists()
 
@@ -63,6 +64,6 @@ def test_simd_flags_are_only_set_for_x86_64_targets():
 
 
 def test_every_extension_module_has_a_stub_and_the_package_is_typed():
-    for name in ("_archive", "_index", "_blake3", "_errors"):
+    for name in ("_archive", "_index", "_blake3", "_errors", "_pages"):
         assert (NATIVE / f"{name}.pyi").is_file(), name
     assert (NATIVE.parent / "py.typed").is_file()

@@ -38,7 +38,8 @@ def open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
     """A read-only connection to ``db_path`` after making sure it is a readable SQLite file.
 
     Everything that would otherwise surface as an odd sqlite3 message or a traceback (missing,
-    directory, unreadable, empty, foreign file) becomes a LedgerError naming the file. The
+    directory, unreadable, empty, foreign file) becomes a LedgerError naming the file; a
+    malformed SQLite file is returned, for the page check to report. The
     file is opened once, by SQLite: a stat finds the missing, irregular and empty ones, and
     SQLite's own header check (SQLITE_NOTADB on the first read) the foreign ones.
     """
@@ -62,6 +63,11 @@ def open_read_only(db_path: Path, plan: db.ReadPlan) -> sqlite3.Connection:
         # and the scans then skip a copy per page, about a tenth of quick_check's time.
         conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_CORRUPT"):
+            # A file SQLite opens but calls malformed (a header counting pages the file
+            # does not hold, a damaged page 1) is checked all the same: the page check
+            # reports SQLite's words as damage, where a refusal would say nothing more.
+            return conn
         conn.close()
         if _not_a_database(exc):
             raise LedgerError("not a SQLite database (the file does not start with the SQLite header)",

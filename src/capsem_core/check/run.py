@@ -1,23 +1,23 @@
 """Running the checks of one ledger: the doctor's order, and what is skipped when.
 
-``check_ledger`` opens the ledger (``opening.py``), runs ``PRAGMA quick_check`` on a thread of
-its own while the other checks read one snapshot on a second connection (the SQL checks,
-the native index scans and the labels of --verify-bodies' findings, in one read
-transaction), throws their results away if the pages are damaged (the report then ends at
-page integrity, as the doctor's does), and runs --verify-bodies last, only when it is asked
-for and the archive check found the index and the file in agreement, on the archive reader
-that check opened.
+``check_ledger`` opens the ledger (``opening.py``), begins one read transaction on the
+checks' connection, starts the page check (``pages.py``: quick_check per table on one
+connection per core plus the native page map, or one whole-file quick_check when a -wal
+holds pages) on worker threads, and meanwhile runs the other checks in that transaction (the
+SQL checks, the native index scans and the labels of --verify-bodies' findings). It throws
+their results away if the pages are damaged (the report then ends at page integrity, as the
+doctor's does), and runs --verify-bodies last, only when it is asked for and the archive
+check found the index and the file in agreement, on the archive reader that check opened.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.check import archive, identity, opening, sql_checks
+from capsem_core.check import archive, identity, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.incremental import PendingRecord, VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
@@ -29,13 +29,14 @@ from capsem_core.paths import archive_path_for
 
 def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
                  progress: ProgressCallback | None = None, route: SessionRoute | None = None,
-                 options: VerifyOptions | None = None) -> CheckReport:
+                 options: VerifyOptions | None = None, page_threads: int | None = None) -> CheckReport:
     """Run every check on the ledger whose ``session.db`` is ``db_path``.
 
     ``route`` says how the ledger was reached: through a home's main.db under a session id
     (the identity graph then compares main.db's totals with the ledger's), or None (``--db``).
     ``options`` (with ``verify_bodies``): --incremental, --max-age and --subset, see
     ``capsem_core.check.incremental``; the report's ``coverage`` says what was read back.
+    ``page_threads``: worker threads of the page check (default: one per core).
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
@@ -60,13 +61,14 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
                                      "storage to check all of it)", count=plan.unread_wal.commits,
                                      location={"file": str(plan.unread_wal.path)}))
     conn = opening.open_read_only(db_path, plan)
-    pages_conn = opening.open_read_only(db_path, plan)
-    # quick_check is one long single-threaded pass over every page; the other checks run
-    # meanwhile on their own connection and are thrown away if it finds damage, so the
-    # report reads as if it had gone first (and a damaged file still ends it).
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capsem-quick-check")
-    pages = pool.submit(sql_checks.check_pages, pages_conn, checks["pages"])
+    page_check: pages.PageCheck | None = None
     try:
+        # One read transaction serves every read of session.db: the page check's workers
+        # begin theirs after it (pages.py says why they then read the same pages), and the
+        # other checks run in it while the page check runs on its own threads. Their results
+        # are thrown away if it finds damage, so the report reads as if it had gone first.
+        conn.execute("BEGIN")
+        page_check = pages.PageCheck.start(db_path, plan, conn, checks["pages"], page_threads)
         failure: LedgerError | None = None
         pending: PendingRecord | None = None
         try:
@@ -75,10 +77,9 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             failure = exc
         except sqlite3.Error as exc:
             failure = LedgerError(_sqlite_message(exc), db_path)
-        try:
-            pages.result()
-        except sqlite3.Error as exc:
-            raise LedgerError(_sqlite_message(exc), db_path) from None
+        except UnicodeDecodeError as exc:   # an error quoting a damaged file's own bytes
+            failure = LedgerError(bytes(exc.object).decode("utf-8", "replace"), db_path)
+        page_check.wait()
         if checks["pages"].status == FAIL:
             for name, title in CHECKS:
                 if name != "pages":
@@ -89,11 +90,11 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             raise failure
         if pending is not None:
             pending.commit()   # the pages are sound: what was verified may be recorded
+    except sqlite3.Error as exc:
+        raise LedgerError(_sqlite_message(exc), db_path) from None
     finally:
-        if not pages.done():
-            pages_conn.interrupt()
-        pool.shutdown(wait=True)
-        pages_conn.close()
+        if page_check is not None:
+            page_check.close()
         conn.close()
     return report
 
@@ -103,7 +104,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                       route: SessionRoute | None, options: VerifyOptions | None) -> PendingRecord | None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
-    # One read transaction serves every read of session.db after quick_check: the SQL checks
+    # One read transaction (begun by check_ledger) serves every read of session.db: the SQL checks
     # (a writer committing meanwhile cannot make one count disagree with another: a response
     # counted whose call was not, a total below its part), the native index scans (on this
     # connection, see capsem_core.index) and the labels of --verify-bodies' findings. It stays
@@ -112,7 +113,6 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     # every figure of the report describe the same ledger.
     index: archive.BodyIndex | None = None
     pending: PendingRecord | None = None
-    conn.execute("BEGIN")
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
         tables = sql_checks.table_names(conn)
@@ -135,8 +135,6 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     finally:
         if index is not None:
             index.close()
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
     return pending
 
 

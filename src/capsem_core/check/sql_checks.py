@@ -1,6 +1,6 @@
 """The SQL checks of the report: everything it learns from session.db's tables.
 
-Page integrity (``PRAGMA quick_check``), the expected tables and their row counts, the file
+The expected tables and their row counts, the file
 monitor's overflow windows, the tool lifecycle (calls and responses that answer each other),
 AI-provider traffic against model calls, NULLs in the fields the doctor relies on, tool
 usage and the latest rows of each table. Each check fills its ``CheckResult`` from SQL
@@ -56,29 +56,6 @@ def _present(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, i
 def _scalar(conn: sqlite3.Connection, sql: str, params: Sequence[Value] = ()) -> Value:
     row = conn.execute(sql, params).fetchone()
     return None if row is None else row[0]
-
-
-_DAMAGE_ERRORS = frozenset({"SQLITE_CORRUPT", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE",
-                            "SQLITE_CORRUPT_VTAB", "SQLITE_NOTADB"})
-
-
-def check_pages(conn: sqlite3.Connection, result: CheckResult) -> None:
-    """``PRAGMA quick_check``: every line that is not "ok" is a page_damage finding."""
-    try:
-        lines = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
-    except sqlite3.DatabaseError as exc:
-        # Damage is a finding; a lock or an I/O failure is not a verdict on the pages.
-        if getattr(exc, "sqlite_errorname", "") not in _DAMAGE_ERRORS:
-            raise
-        lines = [str(exc)]
-    result.counts["lines"] = len(lines)
-    if lines != ["ok"]:
-        for line in lines:
-            result.add(Finding("page_damage", ERROR, line))
-        # The doctor's headline for this section; the lines above are its body.
-        result.counts["damaged"] = True
-    else:
-        result.counts["damaged"] = False
 
 
 def check_tables(conn: sqlite3.Connection, tables: set[str], result: CheckResult) -> dict[str, int]:
@@ -230,5 +207,5 @@ def check_previews(conn: sqlite3.Connection, tables: set[str], row_counts: dict[
 
 
 __all__ = ["EXPECTED_TABLES", "MODEL_NULL_CHECKS", "PREVIEW_COLUMNS", "PROVIDER_DOMAIN_PATTERNS", "check_fs_overflow",
-           "check_null_fields", "check_pages", "check_previews", "check_provider_correlation", "check_tables",
+           "check_null_fields", "check_previews", "check_provider_correlation", "check_tables",
            "check_tool_lifecycle", "check_tool_usage", "table_names"]

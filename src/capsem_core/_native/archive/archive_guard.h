@@ -1,21 +1,10 @@
-/* A guard against SIGBUS from the session.bodies map. A file cut short after it was mapped
- * (truncated by another process, a copy in flight) makes any touch of a page past its new
- * end raise SIGBUS; unguarded, that kills the process. While a thread runs guarded code,
- * the handler jumps back to the guard instead, and the caller reports a truncated archive.
- * Faults outside guarded code go to whatever handler was installed before ours. */
+/* The session.bodies reads that run under the SIGBUS guard (common/map_guard.h): a file cut
+ * short under the map is reported as a truncated archive, not a crash. */
 #ifndef CAPSEM_ARCHIVE_GUARD_H
 #define CAPSEM_ARCHIVE_GUARD_H
 
-#include <setjmp.h>
-#include <signal.h>
-
 #include "archive_reader.h"
-
-extern __thread sigjmp_buf capsem_guard_env;
-extern __thread volatile sig_atomic_t capsem_guard_armed;
-
-/* Install the SIGBUS handler once per process; 0 or an errno. */
-int capsem_guard_install(void);
+#include "map_guard.h"
 
 /* capsem_cursor_reach and capsem_walk_extent with the guard armed: a SIGBUS while they touch
  * the map becomes CAPSEM_E_TRUNCATED ("the file shrank while it was read"), the cursor
