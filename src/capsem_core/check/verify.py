@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from capsem_core import verify as _verify
 from capsem_core.check.archive import BodyIndex
 from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions, verify_part
 from capsem_core.check.report import ERROR, CheckResult, Finding
