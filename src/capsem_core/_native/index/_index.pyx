@@ -101,6 +101,7 @@ cdef extern from "index_scan.h" nogil:
         int64_t *id
         int64_t *original_bytes
         uint8_t *truncated
+        uint8_t *row_ok
         capsem_text_column text[4]
     int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *rows, size_t start, size_t cap,
                                size_t *filled, int *done, char *err, size_t errlen)
@@ -437,7 +438,7 @@ KEY_TEXT_COLUMNS = ("event_id", "source_table", "direction", "content_type")
 
 cdef dict _key_arrays(size_t cap):
     arrays = {"id": np.empty(cap, np.int64), "original_bytes": np.empty(cap, np.int64),
-              "truncated": np.empty(cap, np.uint8)}
+              "truncated": np.empty(cap, np.uint8), "row_ok": np.empty(cap, np.uint8)}
     for name in KEY_TEXT_COLUMNS:
         offsets = np.empty(cap + 1, np.int64)
         offsets[0] = 0
@@ -448,13 +449,14 @@ cdef dict _key_arrays(size_t cap):
 
 cdef void _point_keys(capsem_key_rows *rows, dict arrays):
     cdef int64_t[::1] a_id = arrays["id"], a_orig = arrays["original_bytes"]
-    cdef uint8_t[::1] a_trunc = arrays["truncated"]
+    cdef uint8_t[::1] a_trunc = arrays["truncated"], a_ok = arrays["row_ok"]
     cdef int64_t[::1] offs
     cdef uint8_t[::1] nulls
     cdef int k
     rows.id = &a_id[0] if a_id.shape[0] else NULL
     rows.original_bytes = &a_orig[0] if a_orig.shape[0] else NULL
     rows.truncated = &a_trunc[0] if a_trunc.shape[0] else NULL
+    rows.row_ok = &a_ok[0] if a_ok.shape[0] else NULL
     for k, name in enumerate(KEY_TEXT_COLUMNS):
         offs = arrays[name + "_offsets"]
         nulls = arrays[name + "_null"]
@@ -464,7 +466,8 @@ cdef void _point_keys(capsem_key_rows *rows, dict arrays):
 
 def scan_keys(str uri, *, int busy_ms, path=None, conn=None):
     """The key columns of every event_body_blobs row, in rowid order, without a Python
-    object per row: id, original_bytes (int64), truncated (bool), and for each of event_id,
+    object per row: id, original_bytes (int64), truncated (bool), row_ok (bool: body_hash is
+    TEXT and the three span columns INTEGER, as scan_bodies reads them), and for each of event_id,
     source_table, direction and content_type three arrays, ``{name}_data`` (uint8, the
     values' UTF-8 bytes end to end), ``{name}_offsets`` (int64, rows + 1: row i is
     data[offsets[i]:offsets[i + 1]]) and ``{name}_null`` (bool, SQL NULL). uri, busy_ms,
@@ -498,7 +501,8 @@ def scan_keys(str uri, *, int busy_ms, path=None, conn=None):
             arrays = grown
             cap = arrays["id"].shape[0]
         out = {"id": arrays["id"][:filled], "original_bytes": arrays["original_bytes"][:filled],
-               "truncated": arrays["truncated"][:filled].view(np.bool_)}
+               "truncated": arrays["truncated"][:filled].view(np.bool_),
+               "row_ok": arrays["row_ok"][:filled].view(np.bool_)}
         for k, name in enumerate(KEY_TEXT_COLUMNS):
             data = np.empty(rows.text[k].len, np.uint8)
             if rows.text[k].len:

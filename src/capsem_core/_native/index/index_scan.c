@@ -358,8 +358,8 @@ int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *r, size_t start, s
     *filled = start;
     /* Record order (event_id, source_table, direction, content_type, original_bytes, ...,
      * truncated): SQLite walks each record's header forward once. */
-    int rc = prepare(ix, "SELECT id, event_id, source_table, direction, content_type, original_bytes, truncated "
-                         "FROM event_body_blobs", err, errlen);
+    int rc = prepare(ix, "SELECT id, event_id, source_table, direction, content_type, original_bytes, truncated, "
+                         "body_hash, block_offset, body_offset, body_len FROM event_body_blobs", err, errlen);
     if (rc != SQLITE_OK) return rc;
     size_t i = start;
     while (i < cap && (rc = sqlite3_step(ix->stmt)) == SQLITE_ROW) {
@@ -373,6 +373,12 @@ int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *r, size_t start, s
         }
         r->original_bytes[i] = sqlite3_column_int64(ix->stmt, 5);
         r->truncated[i] = sqlite3_column_int64(ix->stmt, 6) != 0;
+        /* The body scan reads spans as integers whatever they hold (SQLite turns 'abc'
+         * into 0): the tables are not STRICT, so a reader must know which rows lie. */
+        r->row_ok[i] = sqlite3_column_type(ix->stmt, 7) == SQLITE_TEXT &&
+                       sqlite3_column_type(ix->stmt, 8) == SQLITE_INTEGER &&
+                       sqlite3_column_type(ix->stmt, 9) == SQLITE_INTEGER &&
+                       sqlite3_column_type(ix->stmt, 10) == SQLITE_INTEGER;
         i++;
     }
     *filled = i;

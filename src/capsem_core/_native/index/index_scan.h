@@ -79,11 +79,14 @@ typedef struct {
     uint8_t *null;
 } capsem_text_column;
 /* The key columns of event_body_blobs in rowid order: id, original_bytes, truncated and the
- * text of event_id, source_table, direction, content_type. */
+ * text of event_id, source_table, direction, content_type, and whether the row's span and
+ * hash columns hold the types the body scan reads them as. */
 #define CAPSEM_KEY_TEXTS 4
 typedef struct {
     int64_t *id, *original_bytes;
     uint8_t *truncated;
+    /* 1 when body_hash is TEXT and block_offset, body_offset, body_len are INTEGER. */
+    uint8_t *row_ok;
     capsem_text_column text[CAPSEM_KEY_TEXTS];
 } capsem_key_rows;
 /* Fill key rows [start, cap), as capsem_index_fill_bodies fills body rows. SQLITE_NOMEM
