@@ -156,19 +156,20 @@ class Ledger:
                               self.db_path)
         return block_offset, body_offset, body_len, body_hash  # type: ignore[return-value]
 
-    def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
-        # Hold the lock across the whole read: the archive cursor is shared state.
+    def _refresh_archive(self) -> None:
+        # Under the lock: a session.bodies renamed over since open is opened anew.
         self._live()
-        self._fresh_archive()
-        # One native call: read, inflate, check the segment hashes and the body hash (the row's
-        # text parsed once into its digest; a malformed text matches no bytes).
-        return self._archive.read_verified(block_offset, body_offset, body_len, body_hash, event_id)
-
-    def _fresh_archive(self) -> None:
         if self._archive.file_was_replaced():
             fresh = _archive.ArchiveReader(str(self.bodies_path), self._archive.cache_bytes)
             self._archive.close()  # its map and descriptor name the replaced file
             self._archive = fresh
+
+    def _read_span(self, event_id: str, block_offset: int, body_offset: int, body_len: int, body_hash: str) -> bytes:
+        # Hold the lock across the whole read: the archive cursor is shared state.
+        self._refresh_archive()
+        # One native call: read, inflate, check the segment hashes and the body hash (the row's
+        # text parsed once into its digest; a malformed text matches no bytes).
+        return self._archive.read_verified(block_offset, body_offset, body_len, body_hash, event_id)
 
     def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
         """The verified bytes of one body (segment hashes and the body hash checked).
@@ -224,7 +225,7 @@ class Ledger:
     def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int) -> BodyBatch:
         with self._lock:
             self._live()
-            self._fresh_archive()
+            self._refresh_archive()
             return _bulk.read_batch(self._archive, idx, positions, errors, threads, self.db_path,
                                     self.bodies_path, self._conn)
 
@@ -300,9 +301,13 @@ class Ledger:
         length, (where a segment is at fault) the segment offset, a kind and a message. ``threads=0`` uses all cores; ``progress(bytes, bodies)`` is
         called a few times a second. Costs one pass over the index and inflating every
         block once. Raises LedgerError when the index cannot be read or the ledger is closed.
+        Runs on the ledger's own connection and archive map (nothing is opened again), so
+        other reads of this Ledger wait for it.
         """
-        self._live()
-        return _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress, conn=self._conn)
+        with self._lock:
+            self._refresh_archive()
+            return _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress,
+                                         conn=self._conn, reader=self._archive)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block.

@@ -113,18 +113,25 @@ def verify_bodies(bodies_path: db.PathArg, blocks: dict[str, Any], bodies: dict[
 
 def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, threads: int = 0,
                   progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True, *,
-                  conn: sqlite3.Connection | None = None) -> tuple[int, list[BodyFault]]:
+                  conn: sqlite3.Connection | None = None,
+                  reader: _archive.ArchiveReader | None = None) -> tuple[int, list[BodyFault]]:
     """Scan the body index of db_path and verify every body in bodies_path (default: the
     .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
-    used by the index scan and by the verify workers alike; findings are labelled through
-    ``conn`` when given (the caller's connection to db_path)."""
-    bodies = index.scan_bodies(db_path, threads=threads)
+    used by the index scan and by the verify workers alike. ``conn``: the caller's
+    connection to db_path, on which the scans run and findings are labelled; ``reader``: the
+    caller's open reader of the archive, whose map the kernel reads (nothing is opened again)."""
+    # Bodies before blocks: each body then names a block recorded at least as late as itself
+    # (see check/archive.py), whichever snapshot each scan reads.
+    bodies = index.scan_bodies(db_path, threads=threads, conn=conn)
     n = bodies["id"].shape[0]
     if n == 0:
         return 0, []
-    blocks = index.scan_blocks(db_path)
-    if bodies_path is None:
-        bodies_path = archive_path_for(db_path)
-    outcome = _archive.verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
+    blocks = index.scan_blocks(db_path, conn=conn)
+    if reader is not None:
+        outcome = _archive.verify_bodies_with(reader, blocks, bodies, threads, progress, use_libdeflate)
+    else:
+        if bodies_path is None:
+            bodies_path = archive_path_for(db_path)
+        outcome = _archive.verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
     findings = findings_of(outcome, bodies, db_path, conn)
     return n - len(findings), findings

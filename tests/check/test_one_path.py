@@ -49,9 +49,7 @@ def _check(db: Path, *extra: str, env: dict[str, str] | None = None, strace: Pat
 
 def _opens(trace: Path, target: Path) -> list[str]:
     """The successful open/openat calls of exactly ``target`` in an strace log."""
-    name = re.escape(f'"{target}"')
-    pattern = re.compile(rf"\bopen(at)?\((AT_FDCWD, )?{name}, .*\) = \d+")
-    return [line for line in trace.read_text().splitlines() if pattern.search(line)]
+    return _opens_in(trace.read_text(), target)
 
 
 def _cleanup(db: Path) -> None:
@@ -155,3 +153,41 @@ def test_a_connection_to_another_file_a_closed_one_or_a_subclass_is_refused(samp
         sub.close()
     assert _index.connection_shareable(object(), str(sample)) is False
     assert _index.connection_shareable(None, str(sample)) is False
+
+
+# --- Ledger.verify on the one path ----------------------------------------------------------------
+
+_VERIFY_AFTER_OPEN = """
+import sys
+from capsem_core.ledger import Ledger
+ledger = Ledger(sys.argv[1])
+print("opened", flush=True)
+sys.stdout.write("verified %d %d\\n" % (lambda r: (r[0], len(r[1])))(ledger.verify()))
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (scripts/setup installs it)")
+def test_ledger_verify_opens_nothing_the_open_ledger_does_not_already_hold(sample: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.txt"
+    _cleanup(sample)
+    cmd = ["strace", "-f", "-qq", "-e", "trace=openat,open,write", "-o", str(trace),
+           sys.executable, "-c", _VERIFY_AFTER_OPEN, str(sample.parent)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(f"file:{sample}?mode=ro", uri=True) as conn:
+        (rows,) = conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()
+    conn.close()
+    assert done.stdout.splitlines()[-1] == f"verified {rows} 0"
+    lines = trace.read_text().splitlines()
+    opened_at = next(i for i, line in enumerate(lines) if 'write(1, "opened' in line)
+    after = "\n".join(lines[opened_at:])
+    # One 1-thread scan on the ledger's own connection, the kernel on the ledger's own map.
+    assert not _opens_in(after, sample), after
+    assert not _opens_in(after, sample.with_suffix(".bodies")), after
+    _cleanup(sample)
+
+
+def _opens_in(text: str, target: Path) -> list[str]:
+    name = re.escape(f'"{target}"')
+    pattern = re.compile(rf"\bopen(at)?\((AT_FDCWD, )?{name}, .*\) = \d+")
+    return [line for line in text.splitlines() if pattern.search(line)]

@@ -7,10 +7,13 @@ import struct
 import zlib
 from pathlib import Path
 
+import blake3
+import numpy as np
 import pytest
 
 from capsem_core import errors
 from capsem_core import format as fmt
+from capsem_core._native import _archive
 from capsem_core._native._archive import LIMITS, ArchiveReader
 from capsem_core.writer import BodyArchiveWriter
 
@@ -401,6 +404,58 @@ def test_an_extent_off_a_segment_boundary_is_refused(archive):
         r.walk_extent(19, 100)
     with pytest.raises(errors.BadBlockHeader):
         r.walk_extent(size + 100, 100)
+
+
+def test_walk_extents_finds_in_one_pass_what_walk_extent_finds_one_by_one(archive):
+    write_block(archive, [100, 200, 300])
+    size = archive.stat().st_size
+    disk_len = size - 16
+    open_extent = segment_offsets(archive)[2] - 16
+    offsets = [16, 16, 16, 19, size + 100, -1, 16]
+    lengths = [disk_len, open_extent, disk_len - 1, 100, 100, 10, -5]
+    r = ArchiveReader(archive)
+    walk = r.walk_extents(offsets, lengths)
+    failed = dict(walk.failures)
+    assert sorted(failed) == [2, 3, 4, 5, 6]
+    for i, (off, length) in enumerate(zip(offsets, lengths)):
+        if i in failed:
+            with pytest.raises(type(failed[i])) as one:
+                r.walk_extent(off, length)
+            assert str(one.value) == str(failed[i])
+            assert walk.raw_len[i] == walk.segments[i] == 0
+        else:
+            _, raw_len, segments, _ = r.walk_extent(off, length)
+            assert (walk.raw_len[i], walk.segments[i]) == (raw_len, segments)
+    # Only the sound extents' segments are kept: 3 + 2, in order, nothing inflated.
+    assert walk.segment_count == 5
+    assert list(walk.seg_first) == [0, 3, 5, 5, 5, 5, 5, 5]
+    assert r.segments_inflated == 0
+
+
+def test_the_kernel_reads_the_same_with_the_walks_segment_table_as_without(archive):
+    refs, bodies = write_block(archive, [100, 200, 300])
+    size = archive.stat().st_size
+    blocks = {"block_offset": np.array([16]), "disk_len": np.array([size - 16])}
+    index = {"block_offset": np.array([r[0] for r in refs]), "body_offset": np.array([r[1] for r in refs]),
+             "body_len": np.array([r[2] for r in refs]),
+             "digest": np.array([list(blake3.blake3(b).digest()) for b in bodies], dtype=np.uint8),
+             "hash_ok": np.ones(len(refs), dtype=np.uint8)}
+    with ArchiveReader(archive) as r:
+        walk = r.walk_extents(blocks["block_offset"], blocks["disk_len"])
+        with_walk = _archive.verify_bodies_with(r, blocks, index, walk=walk)
+        without = _archive.verify_bodies_with(r, blocks, index)
+    assert not with_walk.status.any() and not without.status.any()
+    # Damage after the walk is still caught: the table gives headers, never the bytes.
+    data = bytearray(archive.read_bytes())
+    data[segment_offsets(archive)[1] + SEG] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    with ArchiveReader(archive) as r:
+        walk = r.walk_extents(blocks["block_offset"], blocks["disk_len"])
+        assert not walk.failures
+        damaged = _archive.verify_bodies_with(r, blocks, index, walk=walk)
+        plain = _archive.verify_bodies_with(r, blocks, index)
+    assert damaged.status.any()
+    assert (damaged.status == plain.status).all()
 
 
 def test_a_segment_after_the_final_one_is_refused_by_the_walk(archive):

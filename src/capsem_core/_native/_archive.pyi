@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from capsem_core.errors import ArchiveError
+
 FILE_MAGIC: bytes
 BLOCK_MAGIC: bytes
 SEGMENT_MAGIC: bytes
@@ -45,6 +47,17 @@ class VerifyOutcome(NamedTuple):
 
 MAX_CACHED_BLOCKS: int
 
+class ExtentWalk:
+    """Per extent: raw_len and segment count (0 when it failed), the failures as (position,
+    ArchiveError), and the parsed segment headers, kept natively for the verify kernel."""
+    block_offset: npt.NDArray[np.int64]
+    raw_len: npt.NDArray[np.int64]
+    segments: npt.NDArray[np.int64]
+    seg_first: npt.NDArray[np.int64]
+    failures: list[tuple[int, ArchiveError]]
+    @property
+    def segment_count(self) -> int: ...
+
 class ArchiveReader:
     path: Path
     def __init__(self, path: os.PathLike[str] | str, cache_bytes: int = 0) -> None: ...
@@ -55,6 +68,7 @@ class ArchiveReader:
     def read_verified(self, block_offset: int, offset: int, length: int, expected: bytes | str,
                       subject: object = None) -> bytes: ...
     def walk_extent(self, block_offset: int, disk_len: int) -> tuple[int, int, int, bool]: ...
+    def walk_extents(self, block_offsets: npt.ArrayLike, disk_lens: npt.ArrayLike) -> ExtentWalk: ...
     def file_was_replaced(self) -> bool: ...
     @property
     def size(self) -> int: ...
@@ -78,5 +92,5 @@ def verify_bodies(bodies_path: os.PathLike[str] | str, blocks: Mapping[str, Any]
                   use_libdeflate: bool = True) -> VerifyOutcome: ...
 def verify_bodies_with(reader: ArchiveReader, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
                        threads: int = 0, progress: Callable[[int, int], None] | None = None,
-                       use_libdeflate: bool = True, out: Any = None,
+                       use_libdeflate: bool = True, walk: ExtentWalk | None = None, out: Any = None,
                        out_offset: npt.NDArray[np.int64] | None = None) -> VerifyOutcome: ...

@@ -48,8 +48,11 @@ class BodyIndex:
     archive_sound: bool = False
     # The archive, opened once (None when it could not be: missing, irregular, short, foreign).
     reader: _archive.ArchiveReader | None = None
+    # The extent walk over every block within bounds: its segment headers serve the kernel.
+    walk: _archive.ExtentWalk | None = None
 
     def close(self) -> None:
+        self.walk = None
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -189,25 +192,24 @@ def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: Chec
 
 def _walk_extents(index: BodyIndex, sane: Mask, reader: _archive.ArchiveReader, result: CheckResult) -> None:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
-    at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated)."""
+    at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated).
+    One native pass; the segment headers it parsed are kept for the verify kernel."""
     k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
-    walked = 0
-    for off, raw_len, disk_len in zip(k_off.tolist(), k_raw.tolist(), k_disk.tolist()):
-        try:
-            _, seg_raw, _, _ = reader.walk_extent(off, disk_len)
-        except LedgerError as exc:
-            if not isinstance(exc, ArchiveError):
-                raise
-            result.add(Finding("bad_extent", ERROR,
-                               f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
-                               location={"block_offset": off, "kind": kind_of(exc)}))
-            continue
-        walked += 1
-        if seg_raw != raw_len:
-            result.add(Finding("raw_len_mismatch", ERROR,
-                               f"block at offset {off} records raw_len {raw_len} but its segments hold "
-                               f"{seg_raw} raw bytes", location={"block_offset": off}))
-    result.counts["extents_walked"] = walked
+    walk = reader.walk_extents(k_off, k_disk)
+    index.walk = walk
+    failed = np.zeros(len(k_off), dtype=bool)
+    for i, exc in walk.failures:
+        failed[i] = True
+        off, disk_len = int(k_off[i]), int(k_disk[i])
+        result.add(Finding("bad_extent", ERROR,
+                           f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
+                           location={"block_offset": off, "kind": kind_of(exc)}))
+    for i in np.flatnonzero(~failed & (walk.raw_len != k_raw)).tolist():
+        off = int(k_off[i])
+        result.add(Finding("raw_len_mismatch", ERROR,
+                           f"block at offset {off} records raw_len {int(k_raw[i])} but its segments hold "
+                           f"{int(walk.raw_len[i])} raw bytes", location={"block_offset": off}))
+    result.counts["extents_walked"] = int(len(k_off) - len(walk.failures))
 
 
 def _table_kinds() -> dict[str, str]:

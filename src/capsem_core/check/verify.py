@@ -44,7 +44,8 @@ def verify_bodies(conn: sqlite3.Connection, db_path: Path, index: BodyIndex, res
     if begin is not None:
         begin(result.counts["body_bytes"], total)
     try:
-        outcome = _archive.verify_bodies_with(index.reader, index.blocks, bodies, progress=progress)
+        outcome = _archive.verify_bodies_with(index.reader, index.blocks, bodies, progress=progress,
+                                               walk=index.walk)
     finally:
         if end is not None:
             end()

@@ -398,10 +398,63 @@ cdef class ArchiveReader:
         if b + d > self.f.size or b + d < b:
             self._refresh()
         with nogil:
-            st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e)
+            st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, NULL)
         if st != CAPSEM_OK:
             _raise_error(&e, self.path)
         return ext.codec, ext.raw_len, ext.segments, bool(ext.final)
+
+    def walk_extents(self, block_offsets, disk_lens):
+        """walk_extent over many extents in one native pass, keeping the segment headers it
+        parsed (an ExtentWalk, which verify_bodies_with takes so the kernel need not parse
+        them again). An extent that fails is a (position, ArchiveError) in ``failures``; its
+        raw_len and segments are 0 and none of its segments is kept."""
+        self._check_open()
+        offs = _i64(block_offsets)
+        lens = _i64(disk_lens)
+        if offs.shape[0] != lens.shape[0]:
+            raise ValueError("block arrays differ in length")
+        cdef Py_ssize_t n = offs.shape[0], i
+        cdef ExtentWalk walk = ExtentWalk.__new__(ExtentWalk)
+        walk.block_offset = offs
+        walk.raw_len = np.zeros(n, np.int64)
+        walk.segments = np.zeros(n, np.int64)
+        walk.seg_first = np.zeros(n + 1, np.int64)
+        walk.failures = []
+        cdef const int64_t[::1] vo = offs, vl = lens
+        cdef int64_t[::1] vr = walk.raw_len, vs = walk.segments, vf = walk.seg_first
+        cdef capsem_extent ext
+        cdef capsem_error e
+        cdef capsem_status st
+        cdef uint64_t b, d
+        cdef size_t kept
+        cdef int refreshed = 0
+        for i in range(n):
+            vf[i] = <int64_t>walk.table.n
+            if vo[i] < 0:
+                walk.failures.append((i, _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=vo[i])))
+                continue
+            if vl[i] < 0:
+                walk.failures.append((i, _errors.error(CAPSEM_R_EXTENT_LENGTH, self.path, at=vo[i], size=vl[i])))
+                continue
+            b = <uint64_t>vo[i]
+            d = <uint64_t>vl[i]
+            if (b + d > self.f.size or b + d < b) and not refreshed:
+                self._refresh()  # once: the file may have grown since it was mapped
+                refreshed = 1
+            kept = walk.table.n
+            with nogil:
+                st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
+            if st == CAPSEM_E_NOMEM:
+                raise MemoryError("no memory for the segment table")
+            if st != CAPSEM_OK:
+                capsem_segment_table_truncate(&walk.table, kept)
+                walk.failures.append((i, _errors.error(capsem_report_code(e.status, e.hash_mismatch), self.path,
+                                                       at=e.at, codec=e.codec, detail=_detail(&e))))
+                continue
+            vr[i] = <int64_t>ext.raw_len
+            vs[i] = <int64_t>ext.segments
+        vf[n] = <int64_t>walk.table.n
+        return walk
 
     def file_was_replaced(self):
         """True when the path no longer names the file opened (renamed over, removed)."""
@@ -450,6 +503,23 @@ cdef class ArchiveReader:
     def identity(self):
         """(st_dev, st_ino) recorded at open."""
         return self.f.dev, self.f.ino
+
+
+cdef class ExtentWalk:
+    """What ArchiveReader.walk_extents found: per extent (in the order given) its raw_len and
+    segment count (0 for a failed one), the failures as (position, ArchiveError), and the
+    parsed segment headers, kept natively for the verify kernel."""
+    cdef capsem_segment_table table
+    cdef readonly object block_offset, raw_len, segments, seg_first
+    cdef readonly list failures
+
+    def __dealloc__(self):
+        capsem_segment_table_free(&self.table)
+
+    @property
+    def segment_count(self):
+        """Segment headers kept (every segment of every sound extent)."""
+        return self.table.n
 
 
 # --- the bulk read's buffer -----------------------------------------------------------------
@@ -533,10 +603,13 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
 
 
 def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int threads=0, progress=None,
-                       bint use_libdeflate=True, out=None, out_offset=None):
+                       bint use_libdeflate=True, ExtentWalk walk=None, out=None, out_offset=None):
     """verify_bodies over the map of an open ArchiveReader (its file header already checked
     at open): the archive is not opened again. The map is first refreshed to the file's
-    size; the reader is busy meanwhile (any other use of it raises RuntimeError).
+    size; the reader is busy meanwhile (any other use of it raises RuntimeError). ``walk``:
+    this reader's walk_extents over exactly these blocks with no failures; the kernel then
+    takes every segment header from it instead of parsing it again (a walk of other blocks
+    is not used).
 
     With ``out`` (a writable contiguous uint8 buffer) and ``out_offset`` (one int64 per
     body), the same pass also hands the bytes out: every body that verifies is copied to
@@ -546,6 +619,8 @@ def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int thread
     cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
     cdef uint8_t[::1] vout
     reader._check_open()
+    if walk is not None and not walk.failures and np.array_equal(walk.block_offset, arrays.k_blk):
+        arrays.walk = walk
     if (out is None) != (out_offset is None):
         raise ValueError("out and out_offset go together")
     if out is not None:
@@ -569,6 +644,7 @@ cdef class _VerifyArrays:
     cdef object out_offset
     cdef uint8_t[::1] out
     cdef bint has_out
+    cdef ExtentWalk walk
     cdef size_t n
 
     def __cinit__(self, blocks, bodies):
@@ -639,6 +715,13 @@ cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, pr
         spec.out_offset = &voo[0]
     spec.threads = threads
     spec.use_libdeflate = use_libdeflate
+    spec.segs = NULL
+    spec.seg_first = NULL
+    cdef const int64_t[::1] vf
+    if a.walk is not None and a.walk.table.n > 0:
+        vf = a.walk.seg_first
+        spec.segs = a.walk.table.refs
+        spec.seg_first = &vf[0]
     cdef capsem_verify_job *job = NULL
     cdef int done = 0
     cdef int rc = 0

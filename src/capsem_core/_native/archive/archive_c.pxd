@@ -1,6 +1,6 @@
 # The archive's C API beyond header parsing: the cursor, the SIGBUS guard, the file map and
 # the verify kernel (archive_reader.h, archive_guard.h, archive_file.h, archive_verify.h).
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from status cimport capsem_status
 
@@ -32,15 +32,27 @@ cdef extern from "archive_reader.h" nogil:
     uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c)
     size_t capsem_cursor_capacity(const capsem_cursor *c)
     uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
+    ctypedef struct capsem_segment_ref:
+        uint64_t at
+        uint32_t raw_len
+        uint32_t comp_len
+        uint8_t flags
+    ctypedef struct capsem_segment_table:
+        capsem_segment_ref *refs
+        size_t n
+        size_t cap
+    void capsem_segment_table_truncate(capsem_segment_table *t, size_t n)
+    void capsem_segment_table_free(capsem_segment_table *t)
     capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
-                                     capsem_extent *out, capsem_error *err)
+                                     capsem_extent *out, capsem_error *err, capsem_segment_table *table)
 
 cdef extern from "archive_guard.h" nogil:
     int capsem_guard_install()
     capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
                                        uint64_t end, capsem_error *err)
     capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                             uint64_t disk_len, capsem_extent *out, capsem_error *err)
+                                             uint64_t disk_len, capsem_extent *out, capsem_error *err,
+                                             capsem_segment_table *table)
 
 cdef extern from "archive_file.h" nogil:
     ctypedef struct capsem_archive_file:
@@ -81,6 +93,8 @@ cdef extern from "archive_verify.h" nogil:
         const int64_t *out_offset
         int threads
         int use_libdeflate
+        const capsem_segment_ref *segs
+        const int64_t *seg_first
     capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec)
     int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done)
     int capsem_verify_finish(capsem_verify_job *job)

@@ -66,13 +66,14 @@ capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64
 }
 
 capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                         uint64_t disk_len, capsem_extent *out, capsem_error *err) {
+                                         uint64_t disk_len, capsem_extent *out, capsem_error *err,
+                                         capsem_segment_table *table) {
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         shrank(err, block_offset);
         return CAPSEM_E_TRUNCATED;
     }
     capsem_guard_armed = 1;
-    capsem_status st = capsem_walk_extent(base, size, block_offset, disk_len, out, err);
+    capsem_status st = capsem_walk_extent(base, size, block_offset, disk_len, out, err, table);
     capsem_guard_armed = 0;
     return st;
 }

@@ -23,6 +23,7 @@ int capsem_guard_install(void);
 capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
                                    uint64_t end, capsem_error *err);
 capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                         uint64_t disk_len, capsem_extent *out, capsem_error *err);
+                                         uint64_t disk_len, capsem_extent *out, capsem_error *err,
+                                         capsem_segment_table *table);
 
 #endif

@@ -299,8 +299,30 @@ capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_
     return CAPSEM_OK;
 }
 
+void capsem_segment_table_truncate(capsem_segment_table *t, size_t n) {
+    if (n < t->n) t->n = n;
+}
+
+void capsem_segment_table_free(capsem_segment_table *t) {
+    free(t->refs);
+    t->refs = NULL;
+    t->n = t->cap = 0;
+}
+
+static int table_append(capsem_segment_table *t, uint64_t at, const capsem_segment_header *h) {
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 1024;
+        capsem_segment_ref *p = realloc(t->refs, cap * sizeof *p);
+        if (!p) return 0;
+        t->refs = p;
+        t->cap = cap;
+    }
+    t->refs[t->n++] = (capsem_segment_ref){at, h->raw_len, h->comp_len, h->flags};
+    return 1;
+}
+
 capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
-                                 capsem_extent *out, capsem_error *err) {
+                                 capsem_extent *out, capsem_error *err, capsem_segment_table *table) {
     memset(out, 0, sizeof *out);
     uint8_t codec = 0;
     capsem_status st = block_header(base, size, block_offset, &codec, err);
@@ -354,6 +376,10 @@ capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t bl
         if (codec == CAPSEM_CODEC_DEFLATE && !final && !capsem_has_sync_tail(base + payload_at, h.comp_len)) {
             set_error(err, CAPSEM_E_SEGMENT, at, "the payload does not end on a sync flush");
             return CAPSEM_E_SEGMENT;
+        }
+        if (table && !table_append(table, at, &h)) {
+            set_error(err, CAPSEM_E_NOMEM, block_offset, NULL);
+            return CAPSEM_E_NOMEM;
         }
         raw += h.raw_len;
         out->segments++;

@@ -64,7 +64,27 @@ typedef struct {
     int final;
 } capsem_extent;
 
+/* The segment headers a walk parsed, kept so the verify kernel need not parse them again:
+ * each segment's file offset and the header fields the kernel uses. */
+typedef struct {
+    uint64_t at; /* file offset of the segment header */
+    uint32_t raw_len;
+    uint32_t comp_len;
+    uint8_t flags;
+} capsem_segment_ref;
+
+typedef struct {
+    capsem_segment_ref *refs;
+    size_t n, cap;
+} capsem_segment_table;
+
+/* Drops every ref from `n` on (a walk that failed part-way leaves none of its block's). */
+void capsem_segment_table_truncate(capsem_segment_table *t, size_t n);
+void capsem_segment_table_free(capsem_segment_table *t);
+
+/* `table` may be NULL; otherwise every segment walked is appended to it (CAPSEM_E_NOMEM
+ * when it cannot grow). */
 capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
-                                 capsem_extent *out, capsem_error *err);
+                                 capsem_extent *out, capsem_error *err, capsem_segment_table *table);
 
 #endif

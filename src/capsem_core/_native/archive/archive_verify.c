@@ -152,8 +152,10 @@ static int segment_hashes_match(worker *w, size_t nseg) {
  * stream zlib accepts (libdeflate also decodes a few constructs zlib refuses and no deflate
  * writer emits: docs/reliability.md, F4). On any failure (0) the block takes the cursor,
  * which names the failing segment. Returns 1 with *held (raw bytes verified) and *next (the
- * file offset after the last segment read). */
-static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *held_out, uint64_t *next_out) {
+ * file offset after the last segment read). With the walk's segment table (spec.segs) the
+ * headers are taken from it, not parsed again; past the table's end the block falls back. */
+static int inflate_segments(worker *w, size_t b, uint64_t blk, uint64_t need, uint64_t *held_out,
+                            uint64_t *next_out) {
     /* BFINAL 1, BTYPE 00 (stored), LEN = END_DATA, NLEN = ~LEN. */
     static const uint8_t end_head[STORED_HEAD] = {0x01, END_DATA, 0x00, (uint8_t)~END_DATA, 0xFF};
     const capsem_verify_spec *s = &w->job->spec;
@@ -168,16 +170,30 @@ static int inflate_segments(worker *w, uint64_t blk, uint64_t need, uint64_t *he
     uint64_t at = blk + CAPSEM_BLOCK_HEADER_BYTES, held = 0;
     size_t nseg = 0;
     int final = 0;
+    const capsem_segment_ref *ref = NULL, *ref_end = NULL;
+    if (s->segs && b != (size_t)-1) {
+        ref = s->segs + s->seg_first[b];
+        ref_end = s->segs + s->seg_first[b + 1];
+    }
     while (held < need && !final) {
         capsem_segment_header h;
+        if (ref) {
+            if (ref == ref_end || ref->at != at) return 0;
+            h.raw_len = ref->raw_len;
+            h.comp_len = ref->comp_len;
+            h.flags = ref->flags;
+            ref++;
+        }
         if (at > s->size || s->size - at < CAPSEM_SEGMENT_HEADER_BYTES) return 0;
-        if (capsem_parse_segment_header(s->base + at, CAPSEM_SEGMENT_HEADER_BYTES, (uint32_t)held, &h) != CAPSEM_OK)
+        if (!ref && capsem_parse_segment_header(s->base + at, CAPSEM_SEGMENT_HEADER_BYTES, (uint32_t)held, &h) !=
+                        CAPSEM_OK)
             return 0;
         uint64_t payload_at = at + CAPSEM_SEGMENT_HEADER_BYTES;
         if (s->size - payload_at < h.comp_len) return 0;
         const uint8_t *payload = s->base + payload_at;
         final = (h.flags & CAPSEM_SEGMENT_FINAL) != 0;
-        if (!final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
+        /* The walk checked every non-final payload's sync tail. */
+        if (!ref && !final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
         /* held + raw_len <= 16 MiB by the header bounds; the end data lands after raw_len. */
         size_t end = final ? 0 : END_DATA;
         if (!grow(&w->raw, &w->raw_cap, held + h.raw_len + END_DATA)) return 0;
@@ -299,7 +315,7 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
     }
     int fast = 0;
     uint64_t fast_held = 0, fast_next = 0;
-    if (s->use_libdeflate && max_end > 0) fast = inflate_segments(w, blk, max_end, &fast_held, &fast_next);
+    if (s->use_libdeflate && max_end > 0) fast = inflate_segments(w, b, blk, max_end, &fast_held, &fast_next);
 
     int failed = 0;
     uint64_t fail_at = 0;

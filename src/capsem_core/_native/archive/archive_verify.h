@@ -39,6 +39,11 @@ typedef struct {
     const int64_t *out_offset;
     int threads;
     int use_libdeflate;
+    /* The segment headers the archive check's walk already parsed and checked (chain, sync
+     * tails, extent ends), or NULL to parse them here: block b's segments are
+     * segs[seg_first[b] .. seg_first[b + 1]). */
+    const capsem_segment_ref *segs;
+    const int64_t *seg_first; /* nblocks + 1 */
 } capsem_verify_spec;
 
 /* Starts the workers. NULL when out of memory or no thread could start. */
