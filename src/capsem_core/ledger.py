@@ -272,6 +272,16 @@ class Ledger:
         for start, end in _bulk.plan_batches(idx, positions, max_bytes):
             yield self._read_run(idx, positions[start:end], errors, threads)
 
+    def bodies_of(self, event_id: str) -> list[tuple[str, str, str | None, int]]:
+        """(source_table, direction, content_type, body_len) of every body the index names
+        for ``event_id``, ordered by table and direction. One indexed lookup. LedgerError
+        when the query fails or the ledger is closed."""
+        with self._lock:
+            rows = self._query("SELECT source_table, direction, content_type, body_len FROM event_body_blobs "
+                               "WHERE event_id = ? ORDER BY source_table, direction", (event_id,))
+        return [(str(t), str(d), None if c is None else str(c), int(n) if type(n) is int else -1)
+                for t, d, c, n in rows]
+
     def bodies(self, source_table: str | None = None) -> Iterator[BodyRecord]:
         """Every body (of ``source_table`` only, when given) in archive order, verified.
 

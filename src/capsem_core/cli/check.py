@@ -21,10 +21,10 @@ from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.arguments import whole_number
+from capsem_core.cli.target import db_argument, db_hint
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import SessionRow, recent_sessions
-from capsem_core.paths import SESSION_DB
 
 RECENT_SESSIONS = 5
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.db is not None:
         if args.session is not None:
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
-        db_path = _db_argument(args.db)
+        db_path = db_argument(args.db)
     else:
         # The doctor shows the recent sessions before resolving; the resolver itself finds an
         # explicit id or name without main.db, so main.db is only required for "latest".
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             ref = sessions.resolve_session(args.session)
         except LedgerError as exc:
             message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
-            return _error(message + _db_hint(args.session), err_colour)
+            return _error(message + db_hint(args.session), err_colour)
         db_path = ref.db_path
 
     refuse_symlinks(Path(db_path), archive=True)
@@ -132,22 +132,6 @@ def _print_sessions(rows: Sequence[SessionRow], with_usage: bool, colour: bool) 
 def _error(message: str, colour: bool) -> int:
     print(Style(colour)("red", sanitize(message)), file=sys.stderr)
     return 1
-
-
-def _db_argument(path: Path) -> Path:
-    """``--db`` names session.db, or the ledger directory holding it."""
-    return path / SESSION_DB if path.is_dir() else path
-
-
-def _db_hint(word: str | None) -> str:
-    """"; did you mean --db WORD?" when a SESSION word that resolved to nothing is a ledger
-    directory (or a session.db) on disk, else ""."""
-    if not word:
-        return ""
-    p = Path(word)
-    if (p / SESSION_DB).is_file() or (p.name == SESSION_DB and p.is_file()):
-        return f"; did you mean --db {word}?"
-    return ""
 
 
 def _session_json(row: SessionRow) -> dict[str, Value]:
