@@ -141,23 +141,41 @@ def regular_size_at(dir_fd: int, name: str) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+PART_SUFFIX = ".part-"
+
+
+def remove_stale_parts(dir_fd: int) -> int:
+    """Remove the temporary files ``write_file_at`` leaves only when its process was killed
+    outright (``.{name}.part-{pid}``, regular files): a rerun starts clean. Returns how many."""
+    removed = 0
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(".") and PART_SUFFIX in entry and entry.rsplit(PART_SUFFIX, 1)[1].isdigit():
+            if regular_size_at(dir_fd, entry) is not None:
+                os.unlink(entry, dir_fd=dir_fd)
+                removed += 1
+    return removed
+
+
 def write_file_at(dir_fd: int, name: str, data: bytes | memoryview) -> None:
     """Write ``name`` in the directory ``dir_fd`` whole or not at all: into a fresh temporary
     file (O_EXCL, O_NOFOLLOW), renamed over ``name`` once written (a link at ``name`` is
     replaced, never followed). An interrupt leaves no partial file under ``name``."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
-    tmp = f".{name}.part-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
+    fd = -1
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        # Inside the try: an interrupt landing just after the open still removes the file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+        fd = -1
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
@@ -167,4 +185,4 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview) -> None:
 
 __all__ = ["SESSION_BODIES", "SESSION_DB", "WRITER_LOCK_SUFFIX", "archive_path_for", "export_name", "is_real_dir",
            "is_regular_file", "ledger_paths", "open_output_dir", "pair_on_disk", "refuse_symlink",
-           "regular_size_at", "require_regular_file", "safe_component", "write_file_at", "writer_lock_path"]
+           "regular_size_at", "remove_stale_parts", "require_regular_file", "safe_component", "write_file_at", "writer_lock_path"]

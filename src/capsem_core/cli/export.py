@@ -24,7 +24,7 @@ from capsem_core.bodies import BodyIndex
 from capsem_core.cli.target import add_db_argument, ledger_db_path
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
-from capsem_core.paths import export_name, open_output_dir, regular_size_at, write_file_at
+from capsem_core.paths import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
 
 MANIFEST = "manifest.jsonl"
 _READ_CHUNK = 1 << 20
@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     db_path = ledger_db_path(args.session, args.db)
     dir_fd = open_output_dir(args.directory)
     try:
+        remove_stale_parts(dir_fd)
         with Ledger(db_path, block_cache_bytes=0) as ledger:
             idx = ledger.index()
             names = _names(idx)
