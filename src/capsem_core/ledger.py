@@ -282,14 +282,16 @@ class Ledger:
         return [(str(t), str(d), None if c is None else str(c), int(n) if type(n) is int else -1)
                 for t, d, c, n in rows]
 
-    def bodies(self, source_table: str | None = None) -> Iterator[BodyRecord]:
+    def bodies(self, source_table: str | None = None, *, threads: int = 0) -> Iterator[BodyRecord]:
         """Every body (of ``source_table`` only, when given) in archive order, verified.
 
-        A generator over ``body_batches`` (16 MiB at a time, each segment inflated once), so
+        A generator over ``body_batches`` (16 MiB at a time, each segment inflated once, on
+        ``threads`` kernel threads, 0: one per core), so
         memory stays at the index plus one batch whatever the ledger's size. Raises what
         ``read_body`` raises, at the body concerned (the bodies before it have been yielded),
         and LedgerError when the ledger is closed."""
-        for batch in self.body_batches(source_table, errors="report", max_bytes=_BODIES_BATCH_BYTES):
+        for batch in self.body_batches(source_table, errors="report", max_bytes=_BODIES_BATCH_BYTES,
+                                       threads=threads):
             rows = batch.rows
             failed = {(f.block_offset, f.body_offset, f.row_id): f for f in batch.findings}
             ok = batch.ok
