@@ -20,6 +20,7 @@ from capsem_core._native._errors import (
     BlockFull,
     BodyHashMismatch,
     BodyTooLarge,
+    CursorError,
     InflateError,
     IntegrityError,
     LedgerError,
@@ -37,6 +38,7 @@ __all__ = [
     "LedgerError", "ArchiveError", "BadFileHeader", "BadBlockHeader", "UnsupportedCodec", "BadSegment",
     "IntegrityError", "InflateError", "TruncatedBlock", "RefOutOfRange", "BodyHashMismatch", "SymlinkRefused",
     "SchemaMismatch", "WriterBusy", "WriterPoisoned", "BodyTooLarge", "BlockFull", "RowRejected",
+    "CursorError",
 ]
 
 for _cls in _errors.EXCEPTIONS:

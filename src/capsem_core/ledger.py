@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from capsem_core.bodies import read as _bulk
 from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex, scan_index
 from capsem_core.errors import LedgerError, WriterBusy
+from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
 from capsem_core.format import FILE_HEADER_BYTES
 from capsem_core.paths import (
     SESSION_BODIES,
@@ -84,6 +85,7 @@ class Ledger:
 
     def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):
         self._closed = False
+        self._events: EventReader | None = None
         self.db_path, self.bodies_path = ledger_paths(path)
         self.directory = self.db_path.parent
         require_regular_file(self.db_path, SESSION_DB)
@@ -112,6 +114,8 @@ class Ledger:
             self._closed = True
             try:
                 self._archive.close()
+                if self._events is not None:
+                    self._events.close()
             finally:
                 self._conn.close()
 
@@ -320,6 +324,38 @@ class Ledger:
             self._refresh_archive()
             return _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress,
                                          conn=self._conn, reader=self._archive)
+
+    def _event_reader(self) -> EventReader:
+        with self._lock:
+            self._live()
+            if self._events is None:
+                self._events = EventReader(self.db_path)  # its own connection: its own snapshots
+            return self._events
+
+    def events(self, tables: Iterable[str] | str | None = None, after: str = "start", limit: int = 100) -> EventPage:
+        """The next page of events of ``tables`` (a name, names, or None: every event table).
+
+        ``after`` is "start", "latest" (everything committed now: an empty page whose cursor
+        tails the ledger) or the ``cursor`` of an earlier page. ``limit`` is clamped to
+        1..1000. The page is read in one read transaction: across pages every committed row
+        of the chosen tables is delivered exactly once, in id order per table; within a page
+        tables are merged by time. Raises CursorError for a cursor that is not one, was
+        edited, is of another ledger or stands past the ledger's last row; ValueError for a
+        table that is not an event table; LedgerError when session.db cannot be read or the
+        ledger is closed. Costs a few indexed lookups per table plus the rows delivered.
+        """
+        return self._event_reader().page(tables, after, limit)
+
+    def follow(self, tables: Iterable[str] | str | None = None, after: str = "start", limit: int = MAX_LIMIT,
+               poll: float = DEFAULT_POLL_S, stop: Callable[[], bool] | None = None) -> Iterator[EventPage]:
+        """Pages of events as they are committed: ``events`` repeated, waiting while caught up.
+
+        Yields only pages that hold events; once caught up it checks ``PRAGMA data_version``
+        every ``poll`` seconds (no table is read until another connection commits). Runs until
+        ``stop()`` returns True (checked between pages and at every poll) or the caller stops
+        iterating; the last page's ``cursor`` resumes exactly after what was yielded.
+        """
+        return self._event_reader().follow(tables, after, limit, poll, stop)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block.

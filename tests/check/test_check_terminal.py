@@ -121,18 +121,25 @@ def _run(db: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess
 
 def _run_on_a_terminal(db: Path, *extra: str) -> tuple[int, str]:
     """Run check with stdout on a raw pseudo-terminal (no newline translation): colour on."""
+    code, shown, errors = run_on_a_terminal([sys.executable, "-m", "capsem_core", "check", "--db", str(db), "-n",
+                                             "20", *extra])
+    assert errors == ""
+    return code, shown
+
+
+def run_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
+    """Run a command with stdout on a raw pseudo-terminal (colour on); its exit status, output and stderr."""
     master, slave = pty.openpty()
     tty.setraw(slave)
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "check", "--db", str(db), "-n", "20", *extra],
-                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     chunks = []
     while True:
         ready, _, _ = select.select([master], [], [], 60)
         if not ready:
             proc.kill()
-            raise AssertionError("check did not finish")
+            raise AssertionError(f"{argv[3]} did not finish")
         try:
             chunk = os.read(master, 65536)
         except OSError:  # EIO: the child closed the terminal
@@ -142,8 +149,8 @@ def _run_on_a_terminal(db: Path, *extra: str) -> tuple[int, str]:
         chunks.append(chunk)
     os.close(master)
     code = proc.wait(timeout=60)
-    assert proc.stderr is not None and proc.stderr.read() == b""
-    return code, b"".join(chunks).decode("utf-8")
+    assert proc.stderr is not None
+    return code, b"".join(chunks).decode("utf-8"), proc.stderr.read().decode("utf-8")
 
 
 def assert_terminal_safe(text: str, *, colour: bool) -> None:

@@ -19,6 +19,7 @@ HIERARCHY = {
     "RefOutOfRange": "ArchiveError", "BodyHashMismatch": "ArchiveError", "SymlinkRefused": "LedgerError",
     "SchemaMismatch": "LedgerError", "WriterBusy": "LedgerError", "WriterPoisoned": "LedgerError",
     "BodyTooLarge": "LedgerError", "BlockFull": "LedgerError", "RowRejected": "LedgerError",
+    "CursorError": "LedgerError",
 }
 
 # Every archive status (1..9) and verify outcome, with the kind findings report today.

@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from capsem_core.cli.target import add_db_argument, ledger_db_path
+from capsem_core.check.opening import refuse_symlinks
+from capsem_core.cli.arguments import add_ledger_target, ledger_target
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
@@ -22,9 +23,7 @@ from capsem_core.paths import open_output_dir, refuse_symlink, write_file_at
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("event_id", metavar="EVENT_ID", help="the event whose body to write")
-    parser.add_argument("session", nargs="?", metavar="SESSION",
-                        help="session id, or a named VM's name (default: the latest session in main.db)")
-    add_db_argument(parser)
+    add_ledger_target(parser)
     parser.add_argument("--table", metavar="T", help="the body's source table (when the event has several bodies)")
     parser.add_argument("--direction", metavar="D", help="the body's direction: request, response, stdout, ...")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE",
@@ -53,7 +52,8 @@ def _write_output(path: Path, data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    db_path = ledger_db_path(args.session, args.db)
+    db_path = ledger_target(args)
+    refuse_symlinks(db_path, archive=True)
     with Ledger(db_path, block_cache_bytes=0) as ledger:
         matches = [m for m in ledger.bodies_of(args.event_id)
                    if (args.table is None or m[0] == args.table) and (args.direction is None or m[1] == args.direction)]

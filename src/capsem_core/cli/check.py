@@ -20,8 +20,7 @@ from capsem_core.check import VerifyProgressBar, check_ledger, render_text, repo
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.report import Table, Value
 from capsem_core.cli.errors import UsageError
-from capsem_core.cli.arguments import whole_number
-from capsem_core.cli.target import db_argument, db_hint
+from capsem_core.cli.arguments import db_argument, db_hint, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import SessionRow, recent_sessions

@@ -21,7 +21,8 @@ import numpy as np
 
 from capsem_core._native import _blake3
 from capsem_core.bodies import BodyIndex
-from capsem_core.cli.target import add_db_argument, ledger_db_path
+from capsem_core.check.opening import refuse_symlinks
+from capsem_core.cli.arguments import add_ledger_target, ledger_target
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
 from capsem_core.paths import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
@@ -31,10 +32,8 @@ _READ_CHUNK = 1 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", nargs="?", metavar="SESSION",
-                        help="session id, or a named VM's name (default: the latest session in main.db)")
+    add_ledger_target(parser)
     parser.add_argument("directory", metavar="DIR", type=Path, help="where the bodies go (created if missing)")
-    add_db_argument(parser)
 
 
 def _already_written(dir_fd: int, name: str, size: int, digest: bytes) -> bool:
@@ -63,7 +62,8 @@ def _names(idx: BodyIndex) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    db_path = ledger_db_path(args.session, args.db)
+    db_path = ledger_target(args)
+    refuse_symlinks(db_path, archive=True)
     dir_fd = open_output_dir(args.directory)
     try:
         remove_stale_parts(dir_fd)

@@ -92,9 +92,14 @@ class RowRejected(LedgerError):
     """session.db's constraints refused rows a writer was given; they were dropped, the rest kept."""
 
 
+class CursorError(LedgerError):
+    """An events cursor this ledger cannot resume from: not a cursor, edited, of another
+    ledger, or ahead of what the ledger holds."""
+
+
 EXCEPTIONS = (LedgerError, ArchiveError, BadFileHeader, BadBlockHeader, UnsupportedCodec, BadSegment,
               IntegrityError, InflateError, TruncatedBlock, RefOutOfRange, BodyHashMismatch, SymlinkRefused,
-              SchemaMismatch, WriterBusy, WriterPoisoned, BodyTooLarge, BlockFull, RowRejected)
+              SchemaMismatch, WriterBusy, WriterPoisoned, BodyTooLarge, BlockFull, RowRejected, CursorError)
 _CLASSES = {cls.__name__: cls for cls in EXCEPTIONS}
 _CLASSES["MemoryError"] = MemoryError
 

@@ -1,0 +1,234 @@
+"""``capsem-ledger events``: a ledger's events page after page, or followed while it is written.
+
+The command resolves its ledger as ``check`` does (``SESSION``, ``--db PATH`` or the latest
+session), reads pages through ``Ledger.events`` / ``Ledger.follow`` and prints each event:
+one JSON object per line with ``--jsonl`` (the exact values; ASCII-only, so nothing in it can
+drive a terminal), otherwise one aligned line per event with every ledger string sanitized.
+When it ends it prints ``cursor: <cursor>`` on stderr; ``--after <cursor>`` resumes exactly
+after the last event printed. Without ``--follow`` it stops once it has caught up with what
+was committed; with it, it polls until Ctrl-C or SIGTERM and then exits 0. A second signal
+interrupts at once (exit 130 or 143, the cursor still printed for what was written). A
+closed pipe ends it quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from types import FrameType
+from typing import TextIO
+
+from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
+from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
+from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, Event, EventPage, choose_tables
+from capsem_core.ledger import Ledger
+
+# The columns that say what an event was, per table, in the one-line view (--jsonl has all).
+SUMMARY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "net_events": ("method", "domain", "path", "status_code", "decision"),
+    "model_calls": ("provider", "model", "status_code", "input_tokens", "output_tokens", "stop_reason"),
+    "tool_calls": ("tool_name", "origin", "status", "decision"),
+    "model_items": ("kind", "model", "tool_name", "call_id"),
+    "fs_events": ("action", "path", "size"),
+    "exec_events": ("command", "exit_code", "duration_ms"),
+    "dns_events": ("qname", "qtype", "rcode", "decision"),
+    "audit_events": ("exe", "argv", "exit_code"),
+    "substitution_events": ("material_class", "source", "outcome"),
+    "security_rule_events": ("event_type", "rule_id", "rule_action", "detection_level"),
+    "security_decision_events": ("event_type", "stage", "actor", "effective_decision"),
+    "security_ask_events": ("event_type", "rule_name", "status"),
+    "transport_events": ("event_type", "network_id", "connection_id"),
+}
+SUMMARY_CHARS = 120
+_WIDTHS = (27, max(map(len, EVENT_TABLE_NAMES)), 7, 12, 16)
+_HEADERS = ("TIME", "TABLE", "ID", "EVENT_ID", "BODIES")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_ledger_target(parser)
+    parser.add_argument("--table", action="append", metavar="T",
+                        help="only this event table (repeatable; default: all of " + ", ".join(EVENT_TABLE_NAMES)
+                             + ")")
+    parser.add_argument("--after", default="start", metavar="CURSOR",
+                        help="where to begin: start (default), latest (only what is committed from now on) or a "
+                             "cursor printed by an earlier run")
+    parser.add_argument("--limit", type=whole_number, metavar="N", help="print at most N events, then stop")
+    parser.add_argument("--follow", action="store_true",
+                        help="keep printing events as they are committed, until Ctrl-C or SIGTERM (exit 0)")
+    parser.add_argument("--jsonl", action="store_true",
+                        help="one JSON object per event and line, with every column's exact value")
+
+
+class _Stop:
+    """The first Ctrl-C / SIGTERM asks the follower to stop after the page in hand; a second
+    one interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            if signum == signal.SIGTERM:
+                raise Terminated(signum)
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit == 0:
+        raise UsageError("--limit must be at least 1")
+    try:
+        tables = [t.name for t in choose_tables(args.table)] if args.table else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    db_path = ledger_target(args)
+    out = sys.stdout
+    printer = _JsonLines(out) if args.jsonl else _Lines(out, colour_wanted(out))
+    stop = _Stop()
+    previous = {}
+    if args.follow:
+        previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    state = _Progress(args.after)
+    try:
+        with Ledger(db_path) as ledger:
+            pages = (ledger.follow(tables, args.after, _page_size(args.limit), stop=stop) if args.follow
+                     else _pages(ledger, tables, args.after, args.limit))
+            for page in pages:
+                state.print_page(page, printer, args.limit)
+                if state.done(args.limit) or stop():
+                    break
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except (KeyboardInterrupt, Terminated):
+        state.report()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    try:
+        out.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    state.report()
+    return 0
+
+
+def _page_size(limit: int | None) -> int:
+    return MAX_LIMIT if limit is None else min(limit, MAX_LIMIT)
+
+
+def _pages(ledger: Ledger, tables: list[str] | None, after: str, limit: int | None) -> Iterator[EventPage]:
+    """Pages until caught up with what is committed (or ``limit`` events), never past it."""
+    printed = 0
+    while True:
+        page = ledger.events(tables, after, _page_size(None if limit is None else limit - printed))
+        yield page
+        printed += len(page.events)
+        after = page.cursor
+        if page.caught_up:
+            return
+
+
+class _Progress:
+    """What has been written so far, and the cursor that resumes right after it."""
+
+    def __init__(self, after: str) -> None:
+        self.cursor: str | None = None if after in ("start", "latest") else after
+        self.printed = 0
+
+    def print_page(self, page: EventPage, printer: _JsonLines | _Lines, limit: int | None) -> None:
+        events = page.events
+        if limit is not None and self.printed + len(events) > limit:
+            events = events[:limit - self.printed]
+        written = 0
+        try:
+            for event in events:
+                printer.event(event)
+                written += 1
+            printer.flush()
+        finally:
+            self.printed += written
+            self.cursor = page.cursor_at(written) if written < len(page.events) else page.cursor
+
+    def done(self, limit: int | None) -> bool:
+        return limit is not None and self.printed >= limit
+
+    def report(self) -> None:
+        if self.cursor is not None:
+            print(f"cursor: {self.cursor}", file=sys.stderr)
+
+
+def _quiet_stdout() -> None:
+    # The reader went away: nothing more can be written, and the interpreter's last flush of
+    # stdout must not complain about it either.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # "nan", "inf", "-inf": JSON has no such numbers
+    return value
+
+
+class _JsonLines:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def event(self, event: Event) -> None:
+        record = {"table": event.table, "id": event.id, "event_id": event.event_id, "timestamp": event.timestamp,
+                  "bodies": list(event.bodies), "row": event.row}
+        try:
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):  # bytes or a non-finite float in a hostile row
+            record["row"] = {k: _json_value(v) for k, v in event.row.items()}
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        self.out.write(line + "\n")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+class _Lines:
+    def __init__(self, out: TextIO, colour: bool) -> None:
+        self.out = out
+        self.style = Style(colour)
+        self.header_written = False
+
+    def _line(self, cells: tuple[str, ...], summary: str) -> str:
+        time_text, table, row_id, event_id, bodies = cells
+        w = _WIDTHS
+        return (f"{time_text.ljust(w[0])}  {table.ljust(w[1])}  {row_id.rjust(w[2])}  {event_id.ljust(w[3])}  "
+                f"{bodies.ljust(w[4])}  {summary}").rstrip()
+
+    def event(self, event: Event) -> None:
+        if not self.header_written:
+            self.out.write(self.style("bold", self._line(_HEADERS, "SUMMARY")) + "\n")
+            self.header_written = True
+        # Every string from the ledger is sanitized before it is measured or cut.
+        summary = "  ".join(f"{name}={sanitize(event.row.get(name))}" for name in SUMMARY_COLUMNS[event.table]
+                            if event.row.get(name) is not None)
+        cells = (cell(event.timestamp, _WIDTHS[0]), event.table, str(event.id), cell(event.event_id, _WIDTHS[3]),
+                 cell(",".join(event.bodies), _WIDTHS[4]))
+        self.out.write(self._line(cells, cell(summary, SUMMARY_CHARS)) + "\n")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+__all__ = ["SUMMARY_COLUMNS", "add_arguments", "run"]

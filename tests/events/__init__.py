@@ -1,0 +1,1 @@
+"""Tests of capsem_core.events: the event tables, the cursor, pages and following."""
