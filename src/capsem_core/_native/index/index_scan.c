@@ -299,6 +299,18 @@ int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body
     return SQLITE_OK;
 }
 
+/* How a fill loop that stopped at row i of cap, on step result rc, ends: SQLITE_OK with *done
+ * clear when cap was reached, with *done set at the statement's end, else the error (copied). */
+static int fill_end(sqlite3 *db, int rc, size_t i, size_t cap, int *done, char *err, size_t errlen) {
+    if (i == cap) return SQLITE_OK;
+    if (rc == SQLITE_DONE) {
+        *done = 1;
+        return SQLITE_OK;
+    }
+    copy_err(db, rc, err, errlen);
+    return rc;
+}
+
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen) {
     *done = 0;
@@ -314,13 +326,7 @@ int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t star
         i++;
     }
     *filled = i;
-    if (i == cap) return SQLITE_OK;
-    if (rc == SQLITE_DONE) {
-        *done = 1;
-        return SQLITE_OK;
-    }
-    copy_err(ix->db, rc, err, errlen);
-    return rc;
+    return fill_end(ix->db, rc, i, cap, done, err, errlen);
 }
 
 /* Appends one value's text to a column (row i). 0 when out of memory. */
@@ -382,11 +388,5 @@ int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *r, size_t start, s
         i++;
     }
     *filled = i;
-    if (i == cap) return SQLITE_OK;
-    if (rc == SQLITE_DONE) {
-        *done = 1;
-        return SQLITE_OK;
-    }
-    copy_err(ix->db, rc, err, errlen);
-    return rc;
+    return fill_end(ix->db, rc, i, cap, done, err, errlen);
 }
