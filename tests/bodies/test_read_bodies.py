@@ -227,3 +227,20 @@ def test_a_closed_ledger_refuses_bulk_reads(blocks_ledger: tuple[Path, dict[Key,
     for use in (ledger.index, ledger.read_bodies, lambda: next(ledger.body_batches())):
         with pytest.raises(errors.LedgerError, match="ledger is closed"):
             use()
+
+
+def test_a_span_longer_than_any_block_is_out_of_range_in_every_mode(
+        blocks_ledger: tuple[Path, dict[Key, bytes]]) -> None:
+    directory, written = blocks_ledger
+    key = list(written)[2]
+    with sqlite3.connect(directory / "session.db") as conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("UPDATE event_body_blobs SET body_len = ? WHERE event_id = ? AND source_table = ? "
+                     "AND direction = ?", (fmt.MAX_BLOCK_RAW_BYTES + 5, *key))
+    with Ledger(directory) as ledger:
+        with pytest.raises(errors.RefOutOfRange):
+            ledger.read_bodies()
+        batch = ledger.read_bodies(errors="report")
+        skipped = ledger.read_bodies(errors="skip")
+    assert [f.kind for f in batch.findings] == ["out_of_range"]
+    assert len(skipped) == len(written) - 1 and key not in _batch_map(skipped)

@@ -670,9 +670,9 @@ cdef class _VerifyArrays:
         offsets = _i64(out_offset)
         if offsets.shape[0] != self.n:
             raise ValueError("out_offset differs in length from the body arrays")
-        # A span out of a block's bounds is refused by the kernel and never copied: only
-        # in-bounds lengths need a slot (clipped first, so no sum can overflow).
-        lens = np.clip(self.b_len, 0, CAPSEM_MAX_BLOCK_RAW_BYTES)
+        # A length out of a block's bounds is refused by the kernel and never copied: it
+        # needs no slot (and no sum below can overflow).
+        lens = np.where((self.b_len < 0) | (self.b_len > CAPSEM_MAX_BLOCK_RAW_BYTES), 0, self.b_len)
         if self.n and (np.any(offsets < 0) or np.any(offsets > out.shape[0] - lens)):
             raise ValueError("a body's slot does not fit in the output buffer")
         self.out = out
