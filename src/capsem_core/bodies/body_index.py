@@ -111,7 +111,7 @@ def scan_index(db_path: db.PathArg, conn: sqlite3.Connection, *, threads: int = 
         if len(body_id) != len(key_id) or (len(body_id) and not np.array_equal(key_id[order[at]], body_id)):
             raise LedgerError("the body index changed while it was read: open the ledger again", db_path)
         pos = order[at]
-        texts = {k: v.take(pos) for k, v in texts.items()}
+        texts = {k: v.take(pos) for k, v in texts.items()}  # row numbers only: no bytes move
         extra = {k: v[pos] for k, v in extra.items()}
     return BodyIndex(id=body_id, block_offset=bodies["block_offset"], body_offset=bodies["body_offset"],
                      body_len=bodies["body_len"], digest=bodies["digest"], hash_ok=bodies["hash_ok"],

@@ -26,26 +26,34 @@ def _decode(raw: bytes) -> str:
 
 
 class TextColumn:
-    """One text column of n rows: row i is ``data[offsets[i]:offsets[i + 1]]`` decoded as
-    UTF-8, or None where ``null[i]``.
+    """One text column: row i is a UTF-8 text, or None (SQL NULL).
+
+    Stored as the scan produced it: ``data`` (every stored value's bytes end to end),
+    ``offsets`` (stored value j is ``data[offsets[j]:offsets[j + 1]]``), ``null`` (per stored
+    value), and ``rows`` (row i is stored value ``rows[i]``; None: row i is value i), so a
+    subset or a reordering (``take``) moves integers, never bytes. ``compact()`` gives the
+    plain layout (rows None) when a caller wants the bytes of its rows end to end.
 
     ``column[i]`` is one value (a ``str``, built when asked), ``column[positions]`` (an
     integer array, a slice or a boolean mask) a new column of those rows, ``column ==
-    "text"`` a boolean mask, ``tolist()`` every value. Arrays are read-only views: a column
-    is a value."""
+    "text"`` a boolean mask, ``tolist()`` every value. A column is a value: nothing changes
+    its arrays."""
 
-    __slots__ = ("data", "offsets", "null")
+    __slots__ = ("data", "offsets", "null", "rows")
 
     def __init__(self, data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
-                 null: npt.NDArray[np.bool_] | None = None) -> None:
+                 null: npt.NDArray[np.bool_] | None = None, rows: Positions | None = None) -> None:
         n = offsets.shape[0] - 1
         if n < 0:
-            raise ValueError("a text column's offsets hold one more entry than it has rows")
+            raise ValueError("a text column's offsets hold one more entry than it has values")
         self.data = data
         self.offsets = offsets
         self.null = null if null is not None else np.zeros(n, np.bool_)
         if self.null.shape[0] != n:
-            raise ValueError("a text column's null mask differs in length from its rows")
+            raise ValueError("a text column's null mask differs in length from its values")
+        if rows is not None and rows.shape[0] and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError("a row names a value outside the column")
+        self.rows = rows
 
     @classmethod
     def from_strings(cls, values: list[str | None]) -> TextColumn:
@@ -58,12 +66,22 @@ class TextColumn:
         return cls(data, offsets, np.array([v is None for v in values], np.bool_))
 
     def __len__(self) -> int:
-        return int(self.offsets.shape[0] - 1)
+        return int(self.rows.shape[0] if self.rows is not None else self.offsets.shape[0] - 1)
+
+    def _stored(self, positions: Positions | None = None) -> Positions:
+        """The stored value of each row at ``positions`` (all rows when None)."""
+        if positions is None:
+            return self.rows if self.rows is not None else np.arange(len(self), dtype=np.intp)
+        return self.rows[positions] if self.rows is not None else positions
 
     def lengths(self) -> npt.NDArray[np.int64]:
         """Bytes of each row's UTF-8 text (0 for NULL)."""
         lens: npt.NDArray[np.int64] = np.diff(self.offsets)
-        return lens
+        return lens if self.rows is None else lens[self.rows]
+
+    def nulls(self) -> npt.NDArray[np.bool_]:
+        """Each row's NULL flag."""
+        return self.null if self.rows is None else self.null[self.rows]
 
     def value(self, i: int) -> str | None:
         """Row i's text (negative i counts from the end), None for NULL."""
@@ -72,9 +90,10 @@ class TextColumn:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"row {i} of a {n}-row column")
-        if self.null[i]:
+        j = int(self.rows[i]) if self.rows is not None else i
+        if self.null[j]:
             return None
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        a, b = int(self.offsets[j]), int(self.offsets[j + 1])
         return _decode(self.data[a:b].tobytes())
 
     @overload
@@ -93,42 +112,42 @@ class TextColumn:
         return self.take(key.astype(np.intp, copy=False))
 
     def take(self, positions: Positions) -> TextColumn:
-        """The rows at ``positions`` (in that order), gathered without a Python object per row."""
+        """The rows at ``positions`` (in that order): the same bytes, other row numbers."""
         positions = np.asarray(positions, np.intp)
-        n = positions.shape[0]
-        if n and (positions.min() < 0 or positions.max() >= len(self)):
+        if positions.shape[0] and (positions.min() < -len(self) or positions.max() >= len(self)):
             raise IndexError("a position is outside the column")
-        starts = self.offsets[:-1][positions]
-        lens = self.offsets[1:][positions] - starts
-        offsets = np.zeros(n + 1, np.int64)
+        return TextColumn(self.data, self.offsets, self.null, self._stored(positions % max(len(self), 1)))
+
+    def compact(self) -> TextColumn:
+        """The same rows with their bytes end to end in row order (rows None), gathered
+        without a Python object per row."""
+        if self.rows is None:
+            return self
+        rows = self.rows
+        starts = self.offsets[:-1][rows]
+        lens = self.offsets[1:][rows] - starts
+        offsets = np.zeros(rows.shape[0] + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
-        if n and np.all(np.diff(positions) == 1):
-            # A run of consecutive rows: its bytes are one slice.
-            a = int(self.offsets[positions[0]])
-            data = self.data[a:a + int(offsets[-1])]
-        else:
-            total = int(offsets[-1])
-            # Each output byte's source: its row's start, plus its place within the row.
-            shift = np.repeat(starts - offsets[:-1], lens)
-            data = self.data[shift + np.arange(total, dtype=np.int64)] if total else _EMPTY
-        return TextColumn(data, offsets, self.null[positions])
+        total = int(offsets[-1])
+        # Each output byte's source: its row's start, plus its place within the row.
+        shift = np.repeat(starts - offsets[:-1], lens)
+        data = self.data[shift + np.arange(total, dtype=np.int64)] if total else _EMPTY
+        return TextColumn(data, offsets, self.null[rows])
 
     def equals(self, value: str) -> npt.NDArray[np.bool_]:
         """A mask of the rows whose text is exactly ``value`` (never the NULL rows)."""
         want = np.frombuffer(value.encode("utf-8", "surrogateescape"), np.uint8)
-        lens = self.lengths()
-        mask: npt.NDArray[np.bool_] = (lens == want.shape[0]) & ~self.null
-        if want.shape[0] == 0:
-            return mask
-        rows = np.flatnonzero(mask)
-        if rows.shape[0]:
-            # Compare in slices of rows so the gathered matrix stays small.
+        lens = np.diff(self.offsets)
+        stored: npt.NDArray[np.bool_] = (lens == want.shape[0]) & ~self.null
+        if want.shape[0]:
+            cand = np.flatnonzero(stored)
+            # Compare in slices of values so the gathered matrix stays small.
             step = max(1, (1 << 22) // want.shape[0])
-            for k in range(0, rows.shape[0], step):
-                chunk = rows[k:k + step]
+            for k in range(0, cand.shape[0], step):
+                chunk = cand[k:k + step]
                 gathered = self.data[self.offsets[chunk][:, None] + np.arange(want.shape[0])]
-                mask[chunk] = np.all(gathered == want, axis=1)
-        return mask
+                stored[chunk] = np.all(gathered == want, axis=1)
+        return stored if self.rows is None else stored[self.rows]
 
     def __eq__(self, other: object) -> Any:
         if isinstance(other, str):

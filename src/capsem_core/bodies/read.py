@@ -165,7 +165,9 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
                db_path: Path, bodies_path: Path, conn: sqlite3.Connection) -> BodyBatch:
     """The bodies at ``positions`` (sorted) read by the kernel into one buffer; ``reader``
     is busy (its map used) meanwhile. Damage as ``errors`` says (see the module)."""
-    rows = idx.take(positions)
+    # Every row, in order (the common case): the index itself, no copy of its arrays.
+    whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
+    rows = idx if whole else idx.take(positions)
     lens = slot_lengths(idx, positions)
     offsets = np.zeros(len(rows), np.int64)
     if len(rows) > 1:
@@ -175,7 +177,9 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
     failed = np.flatnonzero(~rows.row_ok)
     findings = [_index_fault(rows, int(i)) for i in failed]
     if named.shape[0]:
-        kernel_rows = {k: v[named] for k, v in rows.kernel_rows().items()}
+        kernel_rows = rows.kernel_rows()
+        if named.shape[0] != len(rows):
+            kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
         outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, threads, None, True,
                                               out=buffer, out_offset=offsets[named])
         bad = np.flatnonzero(outcome.status)
