@@ -105,7 +105,7 @@ def test_a_body_is_a_zero_copy_read_only_view_of_the_one_buffer(blocks_ledger: t
     whole = memoryview(batch)
     assert whole.readonly and whole.nbytes == batch.nbytes == int(batch.lengths.sum())
     view = batch[3]
-    assert view.readonly and view.obj is batch
+    assert view.readonly and view.obj is batch.buffer
     a = int(batch.offsets[3])
     assert bytes(view) == bytes(whole[a:a + len(view)])
     assert np.shares_memory(np.frombuffer(view, np.uint8), batch.buffer)
@@ -244,3 +244,20 @@ def test_a_span_longer_than_any_block_is_out_of_range_in_every_mode(
         skipped = ledger.read_bodies(errors="skip")
     assert [f.kind for f in batch.findings] == ["out_of_range"]
     assert len(skipped) == len(written) - 1 and key not in _batch_map(skipped)
+
+
+def test_a_dropped_batch_frees_its_buffer_at_once(blocks_ledger: tuple[Path, dict[Key, bytes]]) -> None:
+    import gc
+    import weakref
+    with Ledger(blocks_ledger[0]) as ledger:
+        batch = ledger.read_bodies()
+        view = batch[0]
+        gone = weakref.ref(batch.buffer)
+        del batch
+        assert gone() is not None  # a view still holds the buffer
+        del view
+        gc.disable()
+        try:
+            assert gone() is None  # by reference counting alone: no cycle keeps it
+        finally:
+            gc.enable()

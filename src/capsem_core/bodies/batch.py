@@ -53,7 +53,9 @@ class BodyBatch(ReadOnlyBytes):
         self.rows = rows
         self.ok = ok
         self.findings = findings
-        self._view = memoryview(self)
+        # A view of the array, not of self: a memoryview of self held by self would be a
+        # reference cycle, and the buffer would wait for the cyclic collector to be freed.
+        self._view = memoryview(buffer)
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0])
