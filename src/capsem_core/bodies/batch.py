@@ -55,7 +55,7 @@ class BodyBatch(ReadOnlyBytes):
         self.findings = findings
         # A view of the array, not of self: a memoryview of self held by self would be a
         # reference cycle, and the buffer would wait for the cyclic collector to be freed.
-        self._view = memoryview(buffer)
+        self._view = buffer.data
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0])
