@@ -19,12 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import db, schema
+from capsem_core import db, index, schema
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.bodies import read as _bulk
 from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex, scan_index
+from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
+from capsem_core.check.subset import Subset
 from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
 from capsem_core.format import FILE_HEADER_BYTES
@@ -307,8 +309,9 @@ class Ledger:
                                  rows.content_type[i], int(rows.original_bytes[i]), bool(rows.truncated[i]),
                                  bytes(batch[i]))
 
-    def verify(self, *, threads: int = 0,
-               progress: Callable[[int, int], None] | None = None) -> tuple[int, list[_verify.BodyFault]]:
+    def verify(self, *, threads: int = 0, progress: Callable[[int, int], None] | None = None,
+               incremental: bool = False, subset: str | Subset | None = None,
+               max_age: float | str | None = None) -> VerifyResult:
         """Every body read back through its segment and body hashes by the native kernel.
 
         Returns (verified_count, faults): one ``capsem_core.verify.BodyFault`` per body that
@@ -317,13 +320,39 @@ class Ledger:
         length, (where a segment is at fault) the segment offset, a kind and a message. ``threads=0`` uses all cores; ``progress(bytes, bodies)`` is
         called a few times a second. Costs one pass over the index and inflating every
         block once. Raises LedgerError when the index cannot be read or the ledger is closed.
+
         Runs on the ledger's own connection and archive map (nothing is opened again), so
         other reads of this Ledger wait for it.
+
+        Less than every block, as ``check --verify-bodies`` does
+        (``capsem_core.check.incremental``): ``incremental=True`` reads back only blocks the
+        verification record (in the user cache) does not vouch for, and proves the others
+        unchanged by one hash of their on-disk bytes (a recorded block whose bytes changed is
+        a ``block_changed`` fault with no row: row_id None); ``max_age`` (seconds, or a
+        duration such as "7d") reads back blocks verified longer ago; ``subset`` ("n/t", "x%"
+        or a ``Subset``) reads only part of the blocks. The result then also says, in
+        ``.coverage``, what was verified fully, proven unchanged and skipped. ValueError for
+        a subset or duration that does not parse, or max_age without incremental.
         """
+        if not incremental and subset is None and max_age is None:
+            with self._lock:
+                self._refresh_archive()
+                verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads,
+                                                         progress, conn=self._conn, reader=self._archive)
+            return VerifyResult(verified, faults)
+        options = VerifyOptions(incremental=incremental,
+                                subset=Subset.parse(subset) if isinstance(subset, str) else subset,
+                                max_age=parse_duration(max_age) if isinstance(max_age, str) else max_age)
         with self._lock:
             self._refresh_archive()
-            return _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads, progress,
-                                         conn=self._conn, reader=self._archive)
+            # Bodies before blocks, as verify_ledger scans them (see check/archive.py).
+            bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn)
+            blocks = index.scan_blocks(self.db_path, conn=self._conn)
+            outcome = verify_part(self._archive, blocks, bodies, self.db_path, options, conn=self._conn,
+                                  threads=threads, progress=progress)
+        if outcome.pending is not None:
+            outcome.pending.commit()
+        return VerifyResult(outcome.verified, outcome.faults, outcome.coverage)
 
     def _event_reader(self) -> EventReader:
         with self._lock:

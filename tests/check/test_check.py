@@ -65,6 +65,12 @@ def write_ledger(directory: Path, *, codec: str = "deflate", tool_pairs: int = 3
                  [Body("request", _bytes(400 + i, 600), "mcp.tool_call")])
         w.insert("tool_responses", {"model_call_id": 2, "call_id": call_id, "content_preview": "ok",
                                     "trace_id": TRACE})
+        # The model-visible side of the same call and result (the identity graph's item ledger).
+        for model_call_id, kind in ((1, "tool_call"), (2, "tool_response")):
+            w.insert("model_items", {"model_call_id": model_call_id, "timestamp": "2025-06-02T09:00:05Z",
+                                     "provider": "anthropic", "path": "/v1/messages",
+                                     "trace_id": TRACE, "kind": kind, "item_index": i, "call_id": call_id,
+                                     "content_hash": "blake3:" + f"{i:02x}{model_call_id:02x}" * 16})
     w.insert("fs_events", {"timestamp": "2025-06-02T09:00:06Z", "action": "modified", "path": "/workspace/a.py",
                            "size": 120})
     w.close()
@@ -156,7 +162,9 @@ def test_a_negative_row_count_is_a_usage_error_exit_2(ledger: Path, capsys) -> N
 # --- tool lifecycle -------------------------------------------------------------------------------
 
 def test_a_tool_call_without_a_response_is_a_warning_and_exits_0(ledger: Path, capsys) -> None:
+    # Still waiting: neither the tool ledger nor the model's item ledger holds a result yet.
     sql(ledger, "DELETE FROM tool_responses WHERE call_id = 'toolu_0002'")
+    sql(ledger, "DELETE FROM model_items WHERE kind = 'tool_response' AND call_id = 'toolu_0002'")
     code, out, _ = run_cli(capsys, "--db", str(ledger))
     assert code == 0
     assert "  tool_calls without responses: 1/3" in out.splitlines()
@@ -203,6 +211,7 @@ def test_a_tool_response_naming_a_missing_model_call_is_damage(ledger: Path) -> 
 def test_provider_traffic_without_model_calls_says_stream_parsing_may_have_failed(ledger: Path, capsys) -> None:
     sql(ledger, "DELETE FROM tool_calls")
     sql(ledger, "DELETE FROM tool_responses")
+    sql(ledger, "DELETE FROM model_items")
     sql(ledger, "DELETE FROM model_calls")
     code, out, _ = run_cli(capsys, "--db", str(ledger))
     assert code == 0
@@ -365,7 +374,8 @@ def test_json_is_one_object_with_every_check_and_the_documented_keys(ledger: Pat
     assert code == 0
     doc = json.loads(out)
     assert set(doc) == {"format", "version", "session", "db", "bodies", "rows", "verify_bodies", "status",
-                        "sound", "exit_code", "checks"}
+                        "sound", "exit_code", "checks", "coverage"}
+    assert doc["coverage"] is None   # --verify-bodies did not run
     assert (doc["format"], doc["version"], doc["status"], doc["sound"], doc["exit_code"]) == (
         "capsem-ledger-check", 1, "ok", True, 0)
     assert list(doc["checks"]) == [name for name, _ in check.CHECKS]
@@ -385,7 +395,7 @@ def test_json_findings_carry_code_severity_message_count_and_location(ledger: Pa
     [finding] = doc["checks"]["tool_lifecycle"]["findings"]
     assert finding == {"code": "calls_missing_model_call", "severity": "error",
                        "message": "tool_calls naming a model call model_calls does not record: 3/3",
-                       "count": 3, "location": {}}
+                       "count": 3, "location": {}, "examples": []}
 
 
 # --- colour ---------------------------------------------------------------------------------------

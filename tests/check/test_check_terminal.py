@@ -70,9 +70,11 @@ def write_hostile_ledger(directory: Path) -> Path:
                                 "tool_name": _h(key), "origin": f"origin-{HOSTILE[key]}",
                                 "decision": _h("cr"), "duration_ms": 10 * i, "trace_id": TRACE},
                  [Body("request", _bytes(10 + i, 600), "mcp.tool_call")])
-        w.insert("tool_responses", {"model_call_id": 1, "call_id": call_id, "content_preview": ALL,
+        # Carried back by the later exchange, as the identity graph requires.
+        w.insert("tool_responses", {"model_call_id": 2, "call_id": call_id, "content_preview": ALL,
                                     "trace_id": TRACE})
-    # One call without a response: the tool-lifecycle finding prints.
+    # One call without a response: the tool-lifecycle finding prints. No call is in the item
+    # ledger, so the identity graph's warning quotes these hostile call_ids as its examples.
     w.insert("tool_calls", {"timestamp": "2025-06-02T09:00:05Z", "model_call_id": 1, "call_id": ALL, "call_index": 99,
                             "tool_name": ALL, "origin": ALL, "decision": ALL, "duration_ms": 1, "trace_id": TRACE})
     for key in HOSTILE:

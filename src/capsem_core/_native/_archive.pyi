@@ -94,3 +94,16 @@ def verify_bodies_with(reader: ArchiveReader, blocks: Mapping[str, Any], bodies:
                        threads: int = 0, progress: Callable[[int, int], None] | None = None,
                        use_libdeflate: bool = True, walk: ExtentWalk | None = None, out: Any = None,
                        out_offset: npt.NDArray[np.int64] | None = None) -> VerifyOutcome: ...
+
+EXTENT_HASHED: int
+EXTENT_PAST_END: int
+EXTENT_SHRANK: int
+EXTENT_UNCHAINED: int
+
+class ExtentPrints(NamedTuple):
+    disk_hash: npt.NDArray[np.uint8]
+    segments: npt.NDArray[np.uint8]
+    status: npt.NDArray[np.uint8]
+
+def hash_extents(reader: ArchiveReader, offsets: npt.ArrayLike, lengths: npt.ArrayLike,
+                 threads: int = 0) -> ExtentPrints: ...

@@ -3,15 +3,17 @@
 ``check_ledger`` runs the checks in the doctor's order (page integrity first, then tables and
 row counts, the body archive trusting neither the index nor the file, file-monitor overflow,
 tool lifecycle, AI-provider correlation, NULLs in critical fields, tool usage and previews,
-and on request every body read back through its hash) and returns a ``CheckReport``;
+on request every body read back through its hash, and after the doctor's sections the
+identity graph: the specification's join contract, and main.db's totals against the ledger
+when it is reached through a home) and returns a ``CheckReport``;
 ``render_text`` and ``report_to_json`` turn it into the doctor's text or one stable JSON
 object. Whole-ledger work goes through SQL aggregates and the native index scans and verify
 kernel; nothing here makes a Python object per body.
 
 The house: ``report`` (the model and its JSON form), ``opening`` (opening a ledger for a
 check), ``sql_checks`` (what the tables say), ``archive`` (the body index against itself
-and the file), ``verify`` (the --verify-bodies step and its progress bar), ``run`` (the
-order, and what is skipped when) and ``render`` (the text). The command line is
+and the file), ``verify`` (the --verify-bodies step and its progress bar), ``identity`` and ``route``
+(the identity graph), ``run`` (the order, and what is skipped when) and ``render`` (the text). The command line is
 ``capsem_core.cli.check``. The names below are the package's public API, as they were when
 it was one module.
 """
@@ -39,6 +41,7 @@ from capsem_core.check.report import (
     Table,
     report_to_json,
 )
+from capsem_core.check.route import SessionRoute
 from capsem_core.check.run import check_ledger
 from capsem_core.check.sql_checks import EXPECTED_TABLES, MODEL_NULL_CHECKS, PREVIEW_COLUMNS, PROVIDER_DOMAIN_PATTERNS
 from capsem_core.check.verify import ProgressCallback, VerifyProgressBar
@@ -47,6 +50,6 @@ __all__ = [
     "BODY_INDEX_TABLES", "CHECKS", "ERROR", "EXPECTED_TABLES", "FAIL", "JSON_FORMAT", "JSON_VERSION",
     "MAX_EXTENT_BYTES", "MAX_FINDINGS_PER_CHECK", "MODEL_NULL_CHECKS", "NOTE", "OK", "PREVIEW_CELL_CHARS",
     "PREVIEW_COLUMNS", "PROBLEMS_SHOWN", "PROVIDER_DOMAIN_PATTERNS", "QUICK_CHECK_LINES_SHOWN", "READ_MMAP_BYTES",
-    "SKIPPED", "SQLITE_MAGIC", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "ProgressCallback",
+    "SKIPPED", "SQLITE_MAGIC", "SessionRoute", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "ProgressCallback",
     "Table", "VerifyProgressBar", "check_ledger", "render_text", "report_to_json",
 ]

@@ -7,12 +7,14 @@ table through its ``render_table``, so the only escape sequences in the text are
 
 from __future__ import annotations
 
+from capsem_core.check.incremental import Coverage, Share, timestamp
 from capsem_core.check.report import ERROR, FAIL, NOTE, OK, SKIPPED, WARN, WARNING, CheckReport, CheckResult
 from capsem_core.cli.terminal import Style, render_table, sanitize
 
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
 PREVIEW_CELL_CHARS = 60
+EXAMPLES_SHOWN = 3
 
 _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "yellow"}
 
@@ -51,7 +53,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     counts = tables.tables["event_counts"]
     render_table(out, s, counts.columns, counts.rows)
 
-    _render_archive(out, s, c["body_archive"], c["verify_bodies"], report.verify_bodies)
+    _render_archive(out, s, c["body_archive"], c["verify_bodies"], report.verify_bodies, report.coverage)
 
     fs = c["fs_overflow"]
     for f in fs.findings:
@@ -108,6 +110,8 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
         out.append(s("bold", f"{sanitize(table)} ({total} total, showing last {len(preview.rows)}):"))
         render_table(out, s, preview.columns, preview.rows, PREVIEW_CELL_CHARS)
 
+    _render_identity(out, s, c["identity_graph"])
+
     verdict = {OK: ("green", "Ledger sound."),
                WARN: ("yellow", "Ledger sound, with warnings."), FAIL: ("red", "Ledger damaged.")}
     style, text = verdict.get(report.status, ("red", "Ledger damaged."))
@@ -115,7 +119,8 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: CheckResult, requested: bool) -> None:
+def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: CheckResult, requested: bool,
+                    coverage: Coverage | None) -> None:
     out.append(s("bold", "Body archive:"))
     codes = {f.code for f in archive.findings}
     if "no_body_index" in codes:
@@ -140,6 +145,8 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
         verified = verify.counts.get("verified", 0)
         line = f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
         out.append(s("green" if not verify.findings_total else "red", line))
+        if coverage is not None:
+            _render_coverage(out, s, coverage)
     elif requested:
         # Asked for but not run: say so, or the report reads as if the bodies were fine.
         out.append(s("yellow", f"  --verify-bodies skipped: {sanitize(verify.reason)}"))
@@ -148,4 +155,49 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
     out.append("")
 
 
-__all__ = ["PREVIEW_CELL_CHARS", "PROBLEMS_SHOWN", "QUICK_CHECK_LINES_SHOWN", "render_text"]
+def _render_identity(out: list[str], s: Style, graph: CheckResult) -> None:
+    if graph.status == SKIPPED:
+        return
+    out.append(s("bold", "Identity graph:"))
+    broken = [f for f in graph.findings if f.code != "route_not_compared"]
+    for f in broken:
+        out.append(s(_SEVERITY_STYLE[f.severity], f"  {sanitize(f.message)}"))
+        for example in f.examples[:EXAMPLES_SHOWN]:
+            cells = " ".join(f"{sanitize(k)}={sanitize(v)}" for k, v in example.items())
+            out.append(s("dim", f"    e.g. {cells}"))
+        if f.count is not None and f.count > len(f.examples[:EXAMPLES_SHOWN]) and f.examples:
+            out.append(s("dim", f"    ... {f.count} in all"))
+    if not any(f.severity != NOTE for f in broken):
+        n = graph.counts
+        out.append(s("green", f"  Joins hold: {n.get('model_items', 0)} model_items, {n.get('tool_calls', 0)} tool_calls, "
+                              f"{n.get('tool_responses', 0)} tool_responses, {n.get('turns', 0)} turns, "
+                              f"{n.get('security_rows', 0)} security rows"))
+    if graph.counts.get("route_compared") and not graph.counts.get("route_totals_differ"):
+        out.append(s("green", f"  main.db's {graph.counts['route_compared']} totals for this session match its ledger"))
+    for f in graph.findings:
+        if f.code == "route_not_compared":
+            out.append(s("dim", f"  {sanitize(f.message)}"))
+    out.append("")
+
+
+def _share(share: Share) -> str:
+    return (f"{share.bodies} bod{'y' if share.bodies == 1 else 'ies'} in {share.blocks} "
+            f"block{'' if share.blocks == 1 else 's'} ({share.bytes} bytes on disk)")
+
+
+def _render_coverage(out: list[str], s: Style, cov: Coverage) -> None:
+    """What a partial verify covered (nothing more is said of a whole one)."""
+    if cov.incremental or cov.subset is not None:
+        out.append(f"    verified fully: {_share(cov.verified)}")
+    if cov.incremental:
+        since = f", verified since {timestamp(cov.oldest_unchanged)}" if cov.oldest_unchanged is not None else ""
+        out.append(f"    proven unchanged since verified: {_share(cov.unchanged)}{since}")
+    if cov.subset is not None:
+        out.append(f"    skipped, outside {cov.subset.describe()}: {_share(cov.skipped)}")
+    if cov.warning is not None:
+        out.append(s("yellow", f"  {sanitize(cov.warning)}"))
+    elif cov.incremental:
+        out.append(s("dim", f"    verification record: {sanitize(cov.record_path)} ({cov.record})"))
+
+
+__all__ = ["EXAMPLES_SHOWN", "PREVIEW_CELL_CHARS", "PROBLEMS_SHOWN", "QUICK_CHECK_LINES_SHOWN", "render_text"]

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capsem_core.check.incremental import Coverage
 
 JSON_FORMAT = "capsem-ledger-check"
 JSON_VERSION = 1
@@ -39,6 +42,7 @@ CHECKS: tuple[tuple[str, str], ...] = (
     ("tool_usage", "Tool usage and origins"),
     ("previews", "Latest rows per table"),
     ("verify_bodies", "Bodies read back through their hashes"),
+    ("identity_graph", "Identity graph (model, tool, turn, security and route joins)"),
 )
 
 # A value a ledger gives the report: a count, a cell of a table, a location's field.
@@ -56,10 +60,14 @@ class Finding:
     # Where the problem is, for findings that have a place: event_id, source_table,
     # direction, block_offset, segment_offset, kind (only the keys that apply).
     location: dict[str, Value] = field(default_factory=dict)
+    # A few of the rows behind a counted finding (ids, event_ids, call_ids ...), so a reader
+    # can go straight to them; ``count`` says how many there are in all.
+    examples: list[dict[str, Value]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Value]:
         return {"code": self.code, "severity": self.severity, "message": self.message,
-                "count": self.count, "location": dict(self.location)}
+                "count": self.count, "location": dict(self.location),
+                "examples": [dict(e) for e in self.examples]}
 
 
 @dataclass(slots=True)
@@ -118,6 +126,8 @@ class CheckReport:
     rows: int
     verify_bodies: bool
     checks: dict[str, CheckResult]
+    # What --verify-bodies read back, proved unchanged and skipped (None when it did not run).
+    coverage: Coverage | None = None
 
     @property
     def status(self) -> str:
@@ -153,6 +163,7 @@ class CheckReport:
             "sound": self.sound,
             "exit_code": self.exit_code(strict),
             "checks": {name: check.to_json() for name, check in self.checks.items()},
+            "coverage": None if self.coverage is None else self.coverage.to_json(),
         }
 
 
@@ -162,10 +173,11 @@ def _worse(a: str, b: str) -> str:
 
 def report_to_json(report: CheckReport, *, strict: bool = False) -> str:
     """The report as one JSON object with the exact ledger values (digests as hex)."""
-    return json.dumps(report.to_json(strict), indent=2, default=_json_default) + "\n"
+    return json.dumps(report.to_json(strict), indent=2, default=json_default) + "\n"
 
 
-def _json_default(value: object) -> str:
+def json_default(value: object) -> str:
+    """JSON for the values a report holds that json does not know: digests as hex, paths as text."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, Path):
@@ -174,4 +186,5 @@ def _json_default(value: object) -> str:
 
 
 __all__ = ["CHECKS", "ERROR", "FAIL", "JSON_FORMAT", "JSON_VERSION", "MAX_FINDINGS_PER_CHECK", "NOTE", "OK",
-           "SKIPPED", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "Table", "Value", "report_to_json"]
+           "SKIPPED", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "Table", "Value", "json_default",
+           "report_to_json"]

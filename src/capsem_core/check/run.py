@@ -17,17 +17,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.check import archive, opening, sql_checks
+from capsem_core.check import archive, identity, opening, sql_checks
 from capsem_core.check import verify as _verify_step
+from capsem_core.check.incremental import PendingRecord, VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
+from capsem_core.check.route import SessionRoute
 from capsem_core.check.verify import ProgressCallback
 from capsem_core.errors import LedgerError
 from capsem_core.paths import archive_path_for
 
 
 def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
-                 progress: ProgressCallback | None = None) -> CheckReport:
+                 progress: ProgressCallback | None = None, route: SessionRoute | None = None,
+                 options: VerifyOptions | None = None) -> CheckReport:
     """Run every check on the ledger whose ``session.db`` is ``db_path``.
+
+    ``route`` says how the ledger was reached: through a home's main.db under a session id
+    (the identity graph then compares main.db's totals with the ledger's), or None (``--db``).
+    ``options`` (with ``verify_bodies``): --incremental, --max-age and --subset, see
+    ``capsem_core.check.incremental``; the report's ``coverage`` says what was read back.
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
@@ -60,8 +68,9 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     pages = pool.submit(sql_checks.check_pages, pages_conn, checks["pages"])
     try:
         failure: LedgerError | None = None
+        pending: PendingRecord | None = None
         try:
-            _run_other_checks(conn, db_path, bodies_path, report, progress, plan)
+            pending = _run_other_checks(conn, db_path, bodies_path, report, progress, plan, route, options)
         except LedgerError as exc:
             failure = exc
         except sqlite3.Error as exc:
@@ -78,6 +87,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
             return report
         if failure is not None:
             raise failure
+        if pending is not None:
+            pending.commit()   # the pages are sound: what was verified may be recorded
     finally:
         if not pages.done():
             pages_conn.interrupt()
@@ -88,7 +99,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 
 def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
-                      progress: ProgressCallback | None, plan: db.ReadPlan) -> None:
+                      progress: ProgressCallback | None, plan: db.ReadPlan,
+                      route: SessionRoute | None, options: VerifyOptions | None) -> PendingRecord | None:
     """Everything after page integrity, in the report's order."""
     checks = report.checks
     # One read transaction serves every read of session.db after quick_check: the SQL checks
@@ -99,6 +111,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     # checkpointed past this snapshot (it is once the check ends); one snapshot is what lets
     # every figure of the report describe the same ledger.
     index: archive.BodyIndex | None = None
+    pending: PendingRecord | None = None
     conn.execute("BEGIN")
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
@@ -111,18 +124,20 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
         sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
         sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
+        identity.check_identity_graph(conn, checks["identity_graph"], route)
         verify = checks["verify_bodies"]
         if not report.verify_bodies:
             verify.skip("not requested (--verify-bodies reads every body back through its hash)")
         elif index is None or not index.archive_sound or index.reader is None:
-            verify.skip("the body index and archive disagree; bodies are not read until they agree")
+            verify.skip(_verify_step.SKIPPED_UNTIL_AGREE)
         else:
-            _verify_step.verify_bodies(conn, db_path, index, verify, progress)
+            report.coverage, pending = _verify_step.verify_bodies(conn, db_path, index, verify, progress, options)
     finally:
         if index is not None:
             index.close()
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+    return pending
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:

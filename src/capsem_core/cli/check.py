@@ -17,9 +17,13 @@ from pathlib import Path
 
 from capsem_core import sessions
 from capsem_core.check import VerifyProgressBar, check_ledger, render_text, report_to_json
+from capsem_core.check.incremental import VerifyOptions, parse_duration
 from capsem_core.check.opening import refuse_symlinks
+from capsem_core.check.subset import Subset
 from capsem_core.check.report import Table, Value
+from capsem_core.check.route import SessionRoute
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli import fleet
 from capsem_core.cli.arguments import db_argument, db_hint, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
@@ -41,10 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-bodies", action="store_true",
                         help="also read every archived body back through its hash (skipped, and said so, when "
                              "the index and the archive disagree)")
+    parser.add_argument("--incremental", action="store_true",
+                        help="with --verify-bodies: read back only blocks that are new, grew or are not yet "
+                             "recorded as verified, and prove every other block unchanged by one hash of its "
+                             "on-disk bytes (the record lives in the user cache directory)")
+    parser.add_argument("--max-age", type=_duration, metavar="DURATION",
+                        help="with --incremental: read back fully every block verified longer ago than this "
+                             "(e.g. 7d, 12h, 30m)")
+    parser.add_argument("--subset", metavar="n/t|x%",
+                        help="with --verify-bodies: read back only the n-th of t slices of the blocks (t runs "
+                             "cover them all) or a random x%% of them")
+    parser.add_argument("--subset-seed", type=whole_number, metavar="N",
+                        help="the seed of a random --subset x%% (default: drawn, and reported)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with the exact ledger values instead of the text report "
                              "(whose ledger strings are escaped for the terminal)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too, not only on damage (the identity graph's warnings, "
+                             "main.db totals that differ from the ledger's, ...)")
+    fleet.add_arguments(parser)  # --all and its options (cli/fleet.py)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
     err_colour = colour_wanted(sys.stderr)
     if args.list:
         return _list_sessions(args.json, out_colour, err_colour)
+    if args.all:
+        return fleet.run(args, options=_verify_options(args))
+    fleet.refuse_fleet_options(args)
 
+    route: SessionRoute | None = None  # --db: no home, so main.db's totals are not compared
     if args.db is not None:
         if args.session is not None:
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
@@ -71,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
             message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
             return _error(message + db_hint(args.session), err_colour)
         db_path = ref.db_path
+        route = SessionRoute(main_db, ref.id)
 
+    options = _verify_options(args)
     refuse_symlinks(Path(db_path), archive=True)
     bar = VerifyProgressBar() if args.verify_bodies and sys.stderr.isatty() else None
     try:
-        report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar)
+        report = check_ledger(db_path, rows=args.rows, verify_bodies=args.verify_bodies, progress=bar,
+                              route=route, options=options)
     finally:
         if bar is not None:
             bar.end()
@@ -84,6 +109,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(report, colour=out_colour))
     return report.exit_code(args.strict)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _verify_options(args: argparse.Namespace) -> VerifyOptions:
+    """--incremental, --max-age, --subset and --subset-seed, checked against each other."""
+    if (args.incremental or args.subset is not None) and not args.verify_bodies:
+        raise UsageError("--incremental and --subset choose what --verify-bodies reads; give --verify-bodies too")
+    if args.max_age is not None and not args.incremental:
+        raise UsageError("--max-age says when --incremental reads a verified block again; give --incremental too")
+    if args.subset_seed is not None and args.subset is None:
+        raise UsageError("--subset-seed is the seed of a random --subset x%; give --subset too")
+    try:
+        subset = None if args.subset is None else Subset.parse(args.subset, seed=args.subset_seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return VerifyOptions(incremental=args.incremental, subset=subset, max_age=args.max_age)
 
 
 def _list_sessions(as_json: bool, out_colour: bool, err_colour: bool) -> int:

@@ -69,27 +69,35 @@ def read_totals(ledger: Path, session_id: str, counts: Sequence[str] = ()) -> Se
             missing = [c for c in wanted if c not in set(table_columns(conn, table))]
             if missing:
                 raise SchemaMismatch(f"ledger table {table} lacks column(s) {', '.join(missing)}", ledger)
-
-        def one(sql: str) -> object:
-            value: object = conn.execute(sql).fetchone()[0]
-            return value
-
-        req = one("SELECT COUNT(*) FROM net_events")
-        allowed = one("SELECT COUNT(*) FROM net_events WHERE decision = 'allowed'")
-        denied = one("SELECT COUNT(*) FROM net_events WHERE decision = 'denied'")
-        tin = one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls")
-        tout = one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls")
-        cost = one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls")
-        tools = one("SELECT COUNT(*) FROM tool_calls")
-        files = one("SELECT COUNT(*) FROM fs_events")
-        extra = {c: as_int(one(f"SELECT COUNT(*) FROM {OPTIONAL_COUNTS[c]}")) for c in counts}
-        mcp = (as_int(one("SELECT COUNT(*) FROM tool_calls WHERE origin = 'mcp'"))
-               if "origin" in set(table_columns(conn, "tool_calls")) else None)
+        totals = totals_on(conn, session_id, counts)
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot read the ledger's totals: {exc}", ledger) from exc
     finally:
         conn.close()
+    return totals
+
+
+def totals_on(conn: sqlite3.Connection, session_id: str, counts: Sequence[str] = ()) -> SessionTotals:
+    """Capsem's rollup formulas (``record_session_stop``'s) on an open ledger connection, in
+    whatever read transaction it holds: the one place they are written. ``check``'s route
+    identity compares main.db with these on its own snapshot."""
+
+    def one(sql: str) -> object:
+        value: object = conn.execute(sql).fetchone()[0]
+        return value
+
+    req = one("SELECT COUNT(*) FROM net_events")
+    allowed = one("SELECT COUNT(*) FROM net_events WHERE decision = 'allowed'")
+    denied = one("SELECT COUNT(*) FROM net_events WHERE decision = 'denied'")
+    tin = one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls")
+    tout = one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls")
+    cost = one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls")
+    tools = one("SELECT COUNT(*) FROM tool_calls")
+    files = one("SELECT COUNT(*) FROM fs_events")
+    extra = {c: as_int(one(f"SELECT COUNT(*) FROM {OPTIONAL_COUNTS[c]}")) for c in counts}
+    mcp = (as_int(one("SELECT COUNT(*) FROM tool_calls WHERE origin = 'mcp'"))
+           if "origin" in set(table_columns(conn, "tool_calls")) else None)
     return SessionTotals(session_id, as_int(req), as_int(allowed), as_int(denied), as_int(tin), as_int(tout),
                          as_float(cost), as_int(tools), as_int(files), extra.get("exec_count"),
                          extra.get("audit_event_count"), mcp)

@@ -80,3 +80,12 @@ int capsem_file_replaced(const capsem_archive_file *f, const char *path) {
     if (stat(path, &st) != 0) return 1;
     return (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino;
 }
+
+void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to, int advice, int inner) {
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    if (to > size) to = size;
+    if (from >= to) return;
+    uint64_t a = inner ? (from + page - 1) / page * page : from / page * page;
+    uint64_t b = inner ? to / page * page : (to + page - 1) / page * page;
+    if (b > a) madvise((void *)(base + a), (size_t)(b - a), advice);
+}

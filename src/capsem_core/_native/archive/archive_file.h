@@ -31,6 +31,11 @@ int capsem_file_refresh(capsem_archive_file *f);
 
 void capsem_file_close(capsem_archive_file *f);
 
+/* madvise(advice) on the pages of [from, to) within a map of `size` bytes at base: the pages
+ * covering it, or with `inner` only the pages wholly inside it (a page shared with a
+ * neighbouring extent another thread may be reading is left alone). */
+void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to, int advice, int inner);
+
 /* 1 when the path no longer names the file we opened (renamed over, deleted, unreadable). */
 int capsem_file_replaced(const capsem_archive_file *f, const char *path);
 

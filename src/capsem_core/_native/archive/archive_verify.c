@@ -17,7 +17,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "archive_file.h"
 #include "archive_guard.h"
+#include "pool_wait.h"
 #include "codec_abi.h"
 
 #include "archive_verify.h"
@@ -267,13 +269,8 @@ static void hash_batch(worker *w, const uint8_t *raw, size_t spans, size_t membe
     }
 }
 
-/* Page-aligned [a, b) covering [from, to) within the map, for an madvise advice. */
 static void advise(const capsem_verify_spec *s, uint64_t from, uint64_t to, int advice, int inner) {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    if (to > s->size) to = s->size;
-    uint64_t a = inner ? (from + page - 1) / page * page : from / page * page;
-    uint64_t b = inner ? to / page * page : (to + page - 1) / page * page;
-    if (b > a) madvise((void *)(s->base + a), (size_t)(b - a), advice);
+    capsem_map_advise(s->base, s->size, from, to, advice, inner);
 }
 
 static void will_need(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
@@ -514,20 +511,7 @@ fail:
 }
 
 int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&job->lock);
-    while (job->running > 0) {
-        if (pthread_cond_timedwait(&job->cond, &job->lock, &ts) == ETIMEDOUT) break;
-    }
-    int done = job->running == 0;
-    pthread_mutex_unlock(&job->lock);
+    int done = capsem_pool_wait(&job->lock, &job->cond, &job->running, timeout_ms);
     if (bytes_done) *bytes_done = atomic_load(&job->bytes_done);
     if (bodies_done) *bodies_done = atomic_load(&job->bodies_done);
     return done;

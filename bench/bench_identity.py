@@ -1,0 +1,60 @@
+"""What the identity graph section costs ``check`` (without --verify-bodies), on the
+million-body small-body sample, in one run on the same warm ledger.
+
+Group ``check-identity``: the whole report with its identity graph section against the same
+report with the section left out (the baseline: ``check_identity_graph`` replaced by a no-op
+for that benchmark only), and the section alone on a connection in one read transaction, as
+check runs it. Target: the section adds at most 10% (ratio >= 0.91 in the summary line).
+
+Run: ``python3 -m pytest bench/bench_identity.py -q -s`` (``CAPSEM_BENCH_BODIES`` overrides
+the ledger size).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capsem_core import db as _db
+from capsem_core.check import check_ledger, identity, opening
+from capsem_core.check.report import CheckResult
+
+ROUNDS = 3
+
+
+def _check(db: Path) -> None:
+    report = check_ledger(db)
+    assert report.sound
+
+
+@pytest.mark.benchmark(group="check-identity")
+def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(identity, "check_identity_graph", lambda conn, result, route: None)
+    benchmark.extra_info["baseline"] = True
+    benchmark.pedantic(_check, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="check-identity")
+def test_check_with_the_identity_section(benchmark, small: Path) -> None:
+    benchmark.pedantic(_check, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    graph = check_ledger(small).checks["identity_graph"]
+    assert graph.status == "ok" and graph.counts["model_items"] > 0
+
+
+def _section_alone(db: Path) -> CheckResult:
+    conn = opening.open_read_only(db, _db.read_plan(db))
+    try:
+        conn.execute("BEGIN")
+        result = CheckResult("identity_graph", "Identity graph")
+        identity.check_identity_graph(conn, result, None)
+        conn.execute("ROLLBACK")
+        return result
+    finally:
+        conn.close()
+
+
+@pytest.mark.benchmark(group="identity-alone")
+def test_identity_section_alone(benchmark, small: Path) -> None:
+    result = benchmark.pedantic(_section_alone, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    assert result.status == "ok"

@@ -1,0 +1,236 @@
+"""The identity graph section of the report: the specification's join contract, checked.
+
+The specification ("Identity Graph", "Key cardinalities") states how a ledger's rows join:
+model items to their model exchange, model-visible tool calls and results to the tool ledger
+and back, a result carried by a later exchange, a turn inside one trace and holding a model
+exchange, MCP calls resolving to logical tool calls, security rows joining back by
+``event_id`` to the row they judge, and (``route.py``) main.db's totals to the ledger they
+were rolled up from. Each break is a ``Finding`` with a stable code, a count and a few
+example rows.
+
+Every statement here is one pass of a table (every row must be checked) whose lookups go
+through an index Capsem creates; the comment beside each names it. Where Capsem's schema has
+no index for a join (``tool_calls.event_id``), SQLite builds the lookup once per statement
+from one pass of the table (an IN list); nothing is ever written (the connection is
+query-only, so not even a temp table). Counts and examples come from the same statement:
+``COUNT(*) OVER ()`` beside the first ``EXAMPLES`` rows, so a sound ledger returns no row and
+a damaged one never makes a Python object per broken row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from capsem_core.check.report import ERROR, NOTE, WARNING, CheckResult, Finding, Value
+from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
+from capsem_core.schema.create import table_columns
+from capsem_core.schema.tables import SESSION_TABLES
+from capsem_core.schema.vocabulary import TRANSPORT_EVENT_TYPES
+
+# Example rows kept per finding (the count says how many there are in all).
+EXAMPLES = 5
+
+# The tables that carry both trace_id and turn_id: a turn must name one trace in all of them.
+# Each has an index idx_<table>_turn_id.
+TURN_TABLES: tuple[str, ...] = tuple(
+    t for t in SESSION_TABLES if {"trace_id", "turn_id"} <= set(table_columns(t)))
+
+# The row a security event_type names, joined by event_id. Every target but tool_calls has an
+# event_id index (idx_<table>_event_id; transport_events' UNIQUE autoindex). security.rule and
+# security.ask name security rows themselves (a rule match on a rule match, a decision on an
+# ask).
+EVENT_TABLES: dict[str, str] = {
+    "http.request": "net_events",
+    "model.call": "model_calls",
+    "mcp.tool_call": "tool_calls",
+    "dns.query": "dns_events",
+    "file.event": "fs_events",
+    "file.import": "fs_events",
+    "file.export": "fs_events",
+    "process.exec": "exec_events",
+    "process.exec_complete": "exec_events",
+    "process.audit": "audit_events",
+    "credential.substitution": "substitution_events",
+    "security.rule": "security_rule_events",
+    "security.ask": "security_ask_events",
+    **{t: "transport_events" for t in TRANSPORT_EVENT_TYPES},
+}
+# MCP protocol facts with no row of their own: the security payload is their evidence.
+EXEMPT_EVENT_TYPES: tuple[str, ...] = ("mcp.tool_list", "mcp.event")
+SECURITY_TABLES: tuple[str, ...] = ("security_rule_events", "security_decision_events", "security_ask_events")
+
+
+def _broken(conn: sqlite3.Connection, sql: str, params: Sequence[Value] = ()) -> tuple[int, list[dict[str, Value]]]:
+    """(how many rows break, the first few as dicts) of a statement whose last column is
+    ``COUNT(*) OVER ()`` and which ends in ``LIMIT ?`` (bound here to EXAMPLES)."""
+    cur = conn.execute(sql, (*params, EXAMPLES))
+    names = [d[0] for d in cur.description][:-1]
+    rows = cur.fetchall()
+    if not rows:
+        return 0, []
+    return int(rows[0][-1]), [dict(zip(names, r[:-1])) for r in rows]
+
+
+def _report(result: CheckResult, code: str, severity: str, message: str, found: tuple[int, list[dict[str, Value]]],
+            total: int | None = None) -> None:
+    n, examples = found
+    result.counts[code] = n
+    if n:
+        of = f"{n}/{total}" if total is not None else f"{n}"
+        result.add(Finding(code, severity, f"{message}: {of}", count=n, examples=examples))
+
+
+def _count(conn: sqlite3.Connection, table: str) -> int:
+    return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def check_model_items(conn: sqlite3.Connection, result: CheckResult) -> None:
+    """Invariants 1 and 2: an item names an existing exchange, and an item that is a tool
+    call or a tool result names the tool ledger's row with the same call_id and exchange."""
+    items = _count(conn, "model_items")
+    result.counts["model_items"] = items
+    # model_calls.id is the rowid: SQLite probes it for the IN operator (no list is built).
+    _report(result, "item_without_model_call", ERROR, "model_items naming a model call model_calls does not record",
+            _broken(conn, """
+        SELECT i.id, i.event_id, i.model_call_id, i.kind, i.call_id, COUNT(*) OVER ()
+        FROM model_items AS i WHERE i.model_call_id NOT IN (SELECT id FROM model_calls)
+        ORDER BY i.id LIMIT ?"""), items)
+    # idx_tool_calls_call_id / idx_tool_responses_call_id; the unary + keeps SQLite on them
+    # (a model call's model_call_id index would hold every call of the exchange).
+    for kind, table, code, what in (
+            ("tool_call", "tool_calls", "tool_call_item_unrecorded", "tool call"),
+            ("tool_response", "tool_responses", "tool_response_item_unrecorded", "tool result")):
+        _report(result, code, ERROR,
+                f"model_items {what}s no {table} row records (same call_id and model_call_id)", _broken(conn, f"""
+            SELECT i.id, i.event_id, i.model_call_id, i.call_id, COUNT(*) OVER ()
+            FROM model_items AS i WHERE i.kind = ? AND NOT EXISTS (
+                SELECT 1 FROM {table} AS t WHERE t.call_id = i.call_id AND +t.model_call_id = i.model_call_id)
+            ORDER BY i.id LIMIT ?""", (kind,)), items)
+
+
+def check_tool_calls(conn: sqlite3.Connection, result: CheckResult) -> None:
+    """Invariants 3 and 4: a model-emitted call is in its exchange's item ledger, and a result
+    is carried back by a later exchange than the one that emitted its call."""
+    calls, responses = _count(conn, "tool_calls"), _count(conn, "tool_responses")
+    result.counts.update(tool_calls=calls, tool_responses=responses)
+    # idx_model_items_call_id.
+    _report(result, "tool_call_not_in_items", WARNING,
+            "model-emitted tool_calls missing from their exchange's model_items (no tool_call item)", _broken(conn, """
+        SELECT c.id, c.event_id, c.model_call_id, c.call_id, COUNT(*) OVER ()
+        FROM tool_calls AS c WHERE c.model_call_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM model_items AS i
+            WHERE i.call_id = c.call_id AND +i.kind = 'tool_call' AND +i.model_call_id = c.model_call_id)
+        ORDER BY c.id LIMIT ?"""), calls)
+    # idx_tool_calls_call_id; a call of the same trace (IS: both may lack one) that no model
+    # emitted (an MCP or built-in call) sets no order.
+    _report(result, "response_not_later", ERROR,
+            "tool_responses carried by a model call no later than the one that emitted their call", _broken(conn, """
+        SELECT r.id, r.event_id, r.call_id, r.model_call_id,
+               (SELECT MAX(c.model_call_id) FROM tool_calls AS c
+                WHERE c.call_id = r.call_id AND +c.trace_id IS r.trace_id) AS call_model_call_id,
+               COUNT(*) OVER ()
+        FROM tool_responses AS r WHERE EXISTS (
+            SELECT 1 FROM tool_calls AS c WHERE c.call_id = r.call_id AND +c.trace_id IS r.trace_id
+                AND +c.model_call_id >= r.model_call_id)
+        ORDER BY r.id LIMIT ?"""), responses)
+
+
+def _turn_union() -> str:
+    # Per table, one row per turn through idx_<table>_turn_id: its smallest and largest trace
+    # (NULL traces are not compared: such a row records no trace) and whether it is an exchange.
+    return "\n            UNION ALL ".join(
+        f"SELECT turn_id, MIN(trace_id) AS lo, MAX(trace_id) AS hi, {int(t == 'model_calls')} AS exchange "
+        f"FROM {t} WHERE turn_id IS NOT NULL GROUP BY turn_id" for t in TURN_TABLES)
+
+
+def check_turns(conn: sqlite3.Connection, result: CheckResult, stopped: bool | None) -> None:
+    """Invariant 5: a turn_id names one trace_id in every table that carries both, and a turn
+    holds at least one model exchange once the session has stopped (``stopped``: True, False,
+    or None when no home says). Turns of a session not known to have stopped are an info."""
+    rows = conn.execute(f"""
+        WITH turn AS MATERIALIZED (
+            SELECT turn_id, MIN(lo) AS first_trace, MAX(hi) AS last_trace, MAX(exchange) AS exchange
+            FROM ({_turn_union()}) GROUP BY turn_id)
+        SELECT * FROM (SELECT 'split', turn_id, first_trace, last_trace, COUNT(*) OVER ()
+                       FROM turn WHERE first_trace < last_trace ORDER BY turn_id LIMIT ?)
+        UNION ALL
+        SELECT * FROM (SELECT 'lonely', turn_id, first_trace, last_trace, COUNT(*) OVER ()
+                       FROM turn WHERE exchange = 0 ORDER BY turn_id LIMIT ?)
+        UNION ALL
+        SELECT 'turns', NULL, NULL, NULL, COUNT(*) FROM turn""", (EXAMPLES, EXAMPLES)).fetchall()
+    found: dict[str, tuple[int, list[dict[str, Value]]]] = {"split": (0, []), "lonely": (0, [])}
+    turns = 0
+    for what, turn_id, first, last, n in rows:
+        if what == "turns":
+            turns = int(n)
+            continue
+        example: dict[str, Value] = {"turn_id": turn_id, "trace_id": first}
+        if what == "split":
+            example["other_trace_id"] = last
+        found[what] = (int(n), found[what][1] + [example])
+    result.counts["turns"] = turns
+    _report(result, "turn_in_many_traces", ERROR, "turn_ids naming more than one trace_id", found["split"], turns)
+    if stopped:
+        _report(result, "turn_without_model_call", WARNING,
+                "turns of a stopped session holding no model exchange (no model_calls row)", found["lonely"], turns)
+    else:
+        why = "main.db does not record it as stopped" if stopped is False else "no home says the session stopped"
+        _report(result, "turn_without_model_call", NOTE,
+                f"turns holding no model exchange yet ({why}, so this is not a warning)", found["lonely"], turns)
+
+
+def _joined(event_type: str, column: str = "s.event_id") -> str:
+    """SQL true when the row an event_type names exists (the lookup's index in EVENT_TABLES)."""
+    table = EVENT_TABLES[event_type]
+    return f"{column} IN (SELECT event_id FROM {table})"
+
+
+def check_security_joins(conn: sqlite3.Connection, result: CheckResult) -> None:
+    """Invariants 6 and 7: an MCP tools/call security row resolves to a logical tool call, and
+    a security row about an event the ledger records as a row joins back to it by event_id."""
+    # idx_security_rule_events_event_type; tool_calls has no event_id index, so SQLite builds
+    # the IN list once, from one pass of tool_calls.
+    mcp = int(conn.execute("SELECT COUNT(*) FROM security_rule_events WHERE event_type = 'mcp.tool_call'")
+              .fetchone()[0])
+    result.counts["mcp_security_calls"] = mcp
+    _report(result, "mcp_call_without_tool_call", ERROR,
+            "MCP tools/call security rows with no logical tool call (no tool_calls row of that event_id)",
+            _broken(conn, f"""
+        SELECT s.id, s.event_id, s.rule_id, s.trace_id, COUNT(*) OVER ()
+        FROM security_rule_events AS s WHERE s.event_type = 'mcp.tool_call' AND NOT {_joined('mcp.tool_call')}
+        ORDER BY s.id LIMIT ?"""), mcp)
+    # The three tables in one statement, so tool_calls' IN list is built once; the rule
+    # table's MCP calls are invariant 6's. Each other lookup goes through the target's
+    # event_id index (EVENT_TABLES).
+    arms = "\n            UNION ALL ".join(
+        f"SELECT '{t}' AS source_table, id, event_id, event_type FROM {t}"
+        + (" WHERE event_type <> 'mcp.tool_call'" if t == "security_rule_events" else "") for t in SECURITY_TABLES)
+    cases = "\n                ".join(
+        f"WHEN '{event_type}' THEN NOT {_joined(event_type)}" for event_type in EVENT_TABLES)
+    total = sum(_count(conn, t) for t in SECURITY_TABLES)
+    result.counts["security_rows"] = total
+    _report(result, "security_event_unjoined", WARNING,
+            "security rows naming an event_id the ledger holds no row of (by their event_type's table)",
+            _broken(conn, f"""
+        SELECT s.source_table, s.id, s.event_id, s.event_type, COUNT(*) OVER ()
+        FROM ({arms}) AS s
+        WHERE CASE s.event_type
+                {cases}
+                ELSE 0 END
+        LIMIT ?"""), total)
+
+
+def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: SessionRoute | None) -> None:
+    """Every invariant of the identity graph on ``conn`` (the checks' read transaction);
+    ``route`` is how the ledger was reached (None: ``--db``, no home)."""
+    row, why = read_route(route)
+    check_model_items(conn, result)
+    check_tool_calls(conn, result)
+    check_turns(conn, result, session_stopped(row))
+    check_security_joins(conn, result)
+    check_route(conn, route, row, why, result)
+
+
+__all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "check_identity_graph",
+           "check_model_items", "check_security_joins", "check_tool_calls", "check_turns"]

@@ -1,0 +1,238 @@
+"""Finding the ledgers of a fleet: a Capsem home's run directory, and directory trees.
+
+A home's ledgers are the directories under ``run/sessions/`` (ephemeral, named by their
+session id) and ``run/persistent/`` (named VMs, their id from main.db or capsem-core's
+sidecar). A tree given with ``--path`` is searched for ledger directories (a directory
+holding ``session.db`` or ``session.bodies``); a home met inside a tree is read as a home,
+so its sessions keep their ids and names. Symbolic links are never followed (so a tree
+cannot loop through one), a directory reached twice (a bind mount of itself) is read once,
+and the search stops at ``max_depth``; each of these is a note, never silent. A ledger seen
+through two ways in (the home and a tree holding it) is checked once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from capsem_core.paths import SESSION_BODIES, SESSION_DB
+from capsem_core.sessions import vmnames
+from capsem_core.sessions.home import Home, home_layout, is_session_word
+from capsem_core.sessions.maindb import session_recorded
+
+# Deeper than any layout of homes on shared storage needs (a home's ledgers sit four levels
+# below it), shallow enough that a pathological tree ends the search quickly.
+MAX_TREE_DEPTH = 16
+# A directory with more entries than this is not searched past them (a note says so): a
+# ledger tree has dozens to thousands of sessions per directory, not millions.
+MAX_DIR_ENTRIES = 1_000_000
+
+Kind = Literal["ephemeral", "persistent", "directory"]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetLedger:
+    """One ledger of a fleet run: where it is, what names it, and its size when found.
+
+    ``kind`` is "ephemeral" or "persistent" for a home's ledgers, "directory" for one found
+    in a tree outside any home. ``session_id`` is None when it cannot be known (a persistent
+    VM main.db does not record, a directory outside a home); ``size`` is the bytes of
+    session.db, its -wal and session.bodies, ``archive_size`` those of session.bodies."""
+
+    directory: Path
+    kind: Kind
+    session_id: str | None = None
+    name: str | None = None
+    size: int = 0
+    archive_size: int = 0
+
+    @property
+    def db_path(self) -> Path:
+        return self.directory / SESSION_DB
+
+    @property
+    def label(self) -> str:
+        """How a person knows the session: ``name (id)``, or whichever is known, or the
+        directory's name."""
+        if self.name and self.session_id and self.name != self.session_id:
+            return f"{self.name} ({self.session_id})"
+        return self.name or self.session_id or self.directory.name
+
+
+@dataclass(slots=True)
+class Discovery:
+    """The ledgers found (in path order) and what the search passed over, worded for a person."""
+
+    ledgers: list[FleetLedger] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+
+    def add(self, ledger: FleetLedger) -> None:
+        key = _identity(ledger.directory)
+        if key is not None:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+        self.ledgers.append(ledger)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _file_size(path: Path) -> int:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def _sized(directory: Path, kind: Kind, session_id: str | None, name: str | None) -> FleetLedger:
+    archive = _file_size(directory / SESSION_BODIES)
+    size = _file_size(directory / SESSION_DB) + _file_size(directory / f"{SESSION_DB}-wal") + archive
+    return FleetLedger(directory, kind, session_id, name, size, archive)
+
+
+def _holds_ledger(directory: Path) -> bool:
+    """Either half of the pair is there (a link too: the check then refuses it by name)."""
+    return any(os.path.lexists(directory / n) for n in (SESSION_DB, SESSION_BODIES))
+
+
+def _entries(directory: Path, found: Discovery) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            out = []
+            for entry in it:
+                out.append(entry)
+                if len(out) >= MAX_DIR_ENTRIES:
+                    found.notes.append(f"{directory}: more than {MAX_DIR_ENTRIES:,} entries; the rest not searched")
+                    break
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        found.notes.append(f"{directory}: cannot be listed ({exc.strerror})")
+        return []
+    return sorted(out, key=lambda e: e.name)
+
+
+def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Discovery | None = None) -> Discovery:
+    """Every ledger directory of a home's run directory (``home=None``: the one
+    ``CAPSEM_HOME`` / ``CAPSEM_RUN_DIR`` name). A session directory that is a symbolic link
+    is listed (its check refuses it by name); one holding neither half of a ledger is not a
+    ledger (a session being set up) and is passed over."""
+    found = Discovery() if found is None else found
+    layout = home_layout(home)
+    main_db = layout.main_db
+    links = vmnames.read_links(main_db) if main_db.exists() else {}
+    by_id = vmnames.names_by_id(links)
+    for entry in _entries(layout.sessions_root, found):
+        directory = Path(entry.path)
+        if entry.is_symlink() or _holds_ledger(directory):
+            word = entry.name if is_session_word(entry.name) else None
+            found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None))
+    for entry in _entries(layout.persistent_root, found):
+        directory = Path(entry.path)
+        if entry.is_symlink() or _holds_ledger(directory):
+            name = entry.name
+            session_id = links.get(name)
+            if session_id is None and is_session_word(name) and main_db.exists() and session_recorded(main_db, name):
+                session_id = name  # a VM named by its id (Capsem's doctor assumes as much)
+            found.add(_sized(directory, "persistent", session_id, name))
+    return found
+
+
+def _is_home(directory: Path) -> bool:
+    return (directory / "sessions" / "main.db").is_file() and (directory / "run").is_dir()
+
+
+def discover_tree(root: os.PathLike[str] | str, found: Discovery | None = None, *,
+                  max_depth: int = MAX_TREE_DEPTH) -> Discovery:
+    """Every ledger under ``root`` (itself a ledger directory, a ``session.db``, a home, or a
+    tree holding any of them), not following symbolic links, at most ``max_depth`` levels
+    down. A ledger directory is not searched further."""
+    found = Discovery() if found is None else found
+    root = Path(root)
+    try:
+        st = os.lstat(root)
+    except OSError as exc:
+        found.notes.append(f"{root}: {exc.strerror or exc}; not searched")
+        return found
+    if stat.S_ISLNK(st.st_mode):
+        found.notes.append(f"{root}: a symbolic link; not followed")
+        return found
+    if stat.S_ISREG(st.st_mode) and root.name == SESSION_DB:
+        found.add(_sized(root.parent, "directory", None, None))
+        return found
+    if not stat.S_ISDIR(st.st_mode):
+        found.notes.append(f"{root}: neither a directory nor a session.db; not searched")
+        return found
+    visited: set[tuple[int, int]] = set()
+    _walk(root, 0, max_depth, visited, found)
+    return found
+
+
+def _walk(directory: Path, depth: int, max_depth: int, visited: set[tuple[int, int]], found: Discovery) -> None:
+    key = _identity(directory)
+    if key is not None:
+        if key in visited:
+            found.notes.append(f"{directory}: reached twice (a mount of a directory inside itself?); read once")
+            return
+        visited.add(key)
+    if _holds_ledger(directory):
+        parent = directory.parent.name
+        word = directory.name if is_session_word(directory.name) else None
+        if parent == "sessions" and word is not None:
+            found.add(_sized(directory, "ephemeral", word, None))
+        elif parent == "persistent":
+            found.add(_sized(directory, "persistent", None, directory.name))
+        else:
+            found.add(_sized(directory, "directory", None, None))
+        return
+    if _is_home(directory):
+        discover_home(directory, found)
+        # Its run directory is read as the home's; the rest of the home may hold other trees.
+        skip = {"run"}
+    else:
+        skip = set()
+    links = 0
+    for entry in _entries(directory, found):
+        if entry.name in skip:
+            continue
+        try:
+            if entry.is_symlink():
+                links += 1
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError:
+            continue
+        if depth + 1 > max_depth:
+            found.notes.append(f"{directory}: deeper than {max_depth} levels; not searched further")
+            return
+        _walk(Path(entry.path), depth + 1, max_depth, visited, found)
+    if links:
+        found.notes.append(f"{directory}: {links} symbolic link{'s' if links != 1 else ''} not followed")
+
+
+def discover(paths: Iterable[os.PathLike[str] | str] = (), *,
+             home: Home | os.PathLike[str] | str | bool = False, max_depth: int = MAX_TREE_DEPTH) -> Discovery:
+    """The ledgers of a fleet run: a home's (``home=True``: the environment's; a path or a
+    Home: that one) and every tree of ``paths``, each ledger once."""
+    found = Discovery()
+    if home is not False:
+        discover_home(None if home is True else home, found)
+    for path in paths:
+        discover_tree(path, found, max_depth=max_depth)
+    return found
+
+
+__all__ = ["MAX_TREE_DEPTH", "Discovery", "FleetLedger", "Kind", "discover", "discover_home", "discover_tree"]

@@ -1,0 +1,37 @@
+"""capsem-ledger's start-up: a Ctrl-C or SIGTERM that arrives while the commands are still
+being imported ends in one line and the usual exit status, never a traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+# Imports the entry point, then sends the signal from inside the import of the commands
+# (the first import of capsem_core.check), exactly where a user's early Ctrl-C lands.
+_EARLY_SIGNAL = """
+import os, signal, sys
+import capsem_core.cli as cli
+
+class Tripwire:
+    def find_spec(self, name, path=None, target=None):
+        if name == "capsem_core.check":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), int(sys.argv[1]))
+        return None
+
+sys.meta_path.insert(0, Tripwire())
+sys.exit(cli.main(["check", "--db", "no-such-ledger/session.db"]))
+"""
+
+
+@pytest.mark.parametrize(("signum", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                      (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_while_the_commands_load_is_one_line_and_the_usual_status(signum: int, code: int,
+                                                                            word: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _EARLY_SIGNAL, str(int(signum))], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert done.stderr == f"capsem-ledger: {word}\n"

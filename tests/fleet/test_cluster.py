@@ -1,0 +1,126 @@
+"""check --all on a real Dask cluster: a ``dask scheduler`` and two ``dask worker`` processes
+on 127.0.0.1. The same verdicts and reports as a local run (large ledgers split into block
+ranges), a worker killed mid-run, a ledger removed mid-run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed", reason="the [fleet] extra (dask[distributed]) is not installed")
+
+from distributed import Client  # noqa: E402
+from tests.fleet.helpers import (  # noqa: E402
+    Cluster, FleetHome, dask_cluster, findings_of, fleet_home, heavy_ledger, verdicts, wait_for,
+)
+
+from capsem_core import cli  # noqa: E402
+from capsem_core.fleet import check_all, discover_home  # noqa: E402
+
+# Small enough that each heavy ledger's verify is split into several block ranges.
+RANGE_BYTES = 128 << 10
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> FleetHome:
+    root = tmp_path_factory.mktemp("cluster-home")
+    source = heavy_ledger(root / "source")
+    return fleet_home(root, source, heavy=4, sessions=3)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    with dask_cluster(tmp_path_factory.mktemp("dask")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def local_run(home: FleetHome):  # type: ignore[no-untyped-def]
+    return check_all([], home=home.home, verify_bodies=True, jobs=2)
+
+
+def test_a_cluster_run_gives_the_verdicts_and_reports_of_a_local_run(home: FleetHome, cluster: Cluster,
+                                                                     local_run) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        report = check_all([], home=home.home, verify_bodies=True, client=client, range_bytes=RANGE_BYTES)
+    assert verdicts(report) == verdicts(local_run)
+    assert verdicts(report)[str(home.damaged)] == "damaged"
+    # Every field of every ledger's report, findings and their order included, is the local one.
+    assert findings_of(report) == findings_of(local_run)
+    split = [r for r in report if r.tasks > 1]
+    assert {r.ledger.directory for r in split} == set(home.heavy)
+    assert all(r.worker and r.worker.startswith("tcp://127.0.0.1:") for r in report)
+    assert report.runner == cluster.address and report.jobs == 2
+    assert all(r.attempts == r.tasks and not r.retried for r in report)
+
+
+def test_check_all_scheduler_on_the_command_line_prints_the_same_json(home: FleetHome, cluster: Cluster, local_run,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CAPSEM_HOME", str(home.home))
+    monkeypatch.setenv("CAPSEM_RUN_DIR", str(home.home / "run"))
+    code = cli.main(["check", "--all", "--verify-bodies", "--scheduler", cluster.address, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["runner"] == cluster.address
+    local = findings_of(local_run)
+    for entry in doc["ledgers"]:
+        for k in ("seconds", "worker", "tasks", "attempts", "retried"):
+            entry.pop(k)
+        assert entry == json.loads(json.dumps(local[entry["path"]]))
+
+
+def test_a_ledger_removed_mid_run_is_unreadable_and_the_rest_are_fine(tmp_path: Path, home: FleetHome,
+                                                                      cluster: Cluster) -> None:
+    mine = tmp_path / "home"
+    shutil.copytree(home.home, mine, symlinks=True)
+    ledgers = discover_home(mine).ledgers
+    smallest = min(ledgers, key=lambda x: x.size)  # Dask runs the largest first
+
+    def remove_after_the_first(result: object) -> None:
+        if smallest.directory.exists():
+            shutil.rmtree(smallest.directory)
+
+    with Client(cluster.address) as client:
+        report = check_all(ledgers, verify_bodies=True, client=client, range_bytes=RANGE_BYTES,
+                           progress=remove_after_the_first)
+    gone = next(r for r in report if r.ledger.directory == smallest.directory)
+    assert gone.verdict == "unreadable" and "session.db" in (gone.error or "")
+    damaged = mine / "run" / "sessions" / home.damaged.name
+    assert all(r.verdict == ("damaged" if r.ledger.directory == damaged else "ok")
+               for r in report if r is not gone)
+
+
+def test_a_worker_killed_mid_run_has_its_tasks_run_again_and_the_report_says_so(
+        tmp_path: Path, home: FleetHome, local_run) -> None:  # type: ignore[no-untyped-def]
+    with dask_cluster(tmp_path) as own, Client(own.address) as watcher:
+        killed: list[str] = []
+
+        def kill_a_busy_worker() -> None:
+            def busy() -> str | None:
+                info = watcher.scheduler_info(n_workers=-1)["workers"]
+                for address, keys in watcher.processing().items():
+                    if any(str(k).startswith("capsem-") for k in keys):
+                        return str(info[address]["name"])
+                return None
+
+            name = wait_for(busy, timeout=120, every=0.005)
+            own.kill_worker(name)
+            killed.append(name)
+
+        killer = threading.Thread(target=kill_a_busy_worker, daemon=True)
+        killer.start()
+        with Client(own.address) as client:
+            report = check_all([], home=home.home, verify_bodies=True, client=client, range_bytes=RANGE_BYTES)
+        killer.join(timeout=120)
+    assert killed
+    assert verdicts(report) == verdicts(local_run)
+    assert findings_of(report) == findings_of(local_run)
+    retried = [r for r in report if r.retried]
+    assert retried, "no ledger says it was run again"
+    assert all(r.attempts > r.tasks for r in retried)
+    assert all("died while it held" in why and "run again" in why for r in retried for why in r.retried)
+    assert report.totals()["retried"] == len(retried)

@@ -1,0 +1,78 @@
+"""Finding a fleet's ledgers: a home's run directory, trees, links, loops and depth."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from capsem_core.fleet import discover, discover_home, discover_tree
+from capsem_core.sample import write_sample_home, write_sample_ledger
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("discover")
+    write_sample_home(root / "home", sessions=6, seed=5, bodies=40)
+    return root / "home"
+
+
+def test_a_homes_ephemeral_and_persistent_ledgers_are_found_with_their_ids_and_names(home: Path) -> None:
+    summary_dirs = sorted((home / "run" / "sessions").iterdir()) + sorted((home / "run" / "persistent").iterdir())
+    found = discover_home(home)
+    assert [x.directory for x in found.ledgers] == summary_dirs
+    persistent = [x for x in found.ledgers if x.kind == "persistent"]
+    assert persistent and all(x.name == x.directory.name and x.session_id for x in persistent)
+    # A persistent VM's label names it and its id, as check's session list does.
+    assert persistent[0].label == f"{persistent[0].name} ({persistent[0].session_id})"
+    ephemeral = [x for x in found.ledgers if x.kind == "ephemeral"]
+    assert all(x.session_id == x.directory.name and x.name is None for x in ephemeral)
+    assert all(x.size > x.archive_size > 0 for x in found.ledgers)
+    assert found.notes == []
+
+
+def test_a_home_met_inside_a_tree_keeps_its_ids_and_names_and_each_ledger_is_found_once(home: Path) -> None:
+    by_home = discover_home(home).ledgers
+    both = discover([home.parent], home=home).ledgers
+    assert [(x.directory, x.kind, x.session_id, x.name) for x in both] == \
+        [(x.directory, x.kind, x.session_id, x.name) for x in by_home]
+
+
+def test_a_tree_is_searched_without_following_links_so_a_loop_ends(tmp_path: Path) -> None:
+    write_sample_ledger(tmp_path / "archive" / "machine-a" / "s1", bodies=20)
+    (tmp_path / "archive" / "machine-a" / "loop").symlink_to(tmp_path / "archive")
+    os.symlink(tmp_path / "archive" / "machine-a" / "s1", tmp_path / "archive" / "s1-again")
+    found = discover_tree(tmp_path / "archive")
+    assert [x.directory.name for x in found.ledgers] == ["s1"]
+    assert found.ledgers[0].kind == "directory" and found.ledgers[0].label == "s1"
+    assert any("symbolic link not followed" in n for n in found.notes)
+
+
+def test_the_search_stops_at_its_depth_and_says_so(tmp_path: Path) -> None:
+    deep = tmp_path / "a" / "b" / "c" / "d"
+    write_sample_ledger(deep / "s", bodies=20)
+    write_sample_ledger(tmp_path / "a" / "near", bodies=20)
+    found = discover_tree(tmp_path, max_depth=3)
+    assert [x.directory.name for x in found.ledgers] == ["near"]
+    assert any("deeper than 3 levels" in n for n in found.notes)
+    assert [x.directory.name for x in discover_tree(tmp_path).ledgers] == ["s", "near"]
+
+
+def test_a_session_db_or_a_ledger_directory_given_directly_is_one_ledger(tmp_path: Path) -> None:
+    write_sample_ledger(tmp_path / "one", bodies=20)
+    assert [x.directory for x in discover_tree(tmp_path / "one" / "session.db").ledgers] == [tmp_path / "one"]
+    assert [x.directory for x in discover_tree(tmp_path / "one").ledgers] == [tmp_path / "one"]
+    missing = discover_tree(tmp_path / "nowhere")
+    assert missing.ledgers == [] and "not searched" in missing.notes[0]
+
+
+def test_a_session_directory_that_is_a_link_is_listed_so_its_check_refuses_it(home: Path, tmp_path: Path) -> None:
+    write_sample_ledger(tmp_path / "elsewhere", bodies=20)
+    link = home / "run" / "sessions" / "linked-session"
+    link.symlink_to(tmp_path / "elsewhere")
+    try:
+        found = discover_home(home)
+        assert link in [x.directory for x in found.ledgers]
+    finally:
+        link.unlink()

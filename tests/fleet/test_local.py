@@ -1,0 +1,245 @@
+"""check --all on this machine: a process per ledger, the summary, --json, and ledgers that
+crash their process or vanish mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from tests.fleet.crashing import answer_or_crash
+from tests.fleet.helpers import fleet_home, heavy_ledger, verdicts, wait_for
+
+from capsem_core import cli
+from capsem_core.check import check_ledger
+from capsem_core.fleet import FleetLedger, check_all, discover_home
+from capsem_core.fleet.local import ProcessDied, TaskRaised, run_each
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def heavy_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return heavy_ledger(tmp_path_factory.mktemp("heavy") / "ledger")
+
+
+@pytest.fixture(scope="module")
+def shared_home(tmp_path_factory: pytest.TempPathFactory, heavy_source: Path):  # type: ignore[no-untyped-def]
+    return fleet_home(tmp_path_factory.mktemp("fleet"), heavy_source)
+
+
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """capsem-ledger check in this process (its check processes are forked as in a real run)."""
+    def run(home: Path, *args: str) -> Done:
+        monkeypatch.setenv("CAPSEM_HOME", str(home))
+        monkeypatch.setenv("CAPSEM_RUN_DIR", str(home / "run"))
+        monkeypatch.setenv("NO_COLOR", "1")
+        try:
+            code = cli.main(["check", *args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+    return run
+
+
+def test_check_all_names_the_damaged_ledger_exits_1_and_its_json_holds_each_ledgers_check_report(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]
+    done = run_cli(shared_home.home, "--all", "--verify-bodies", "--jobs", "2", "--json")
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["format"] == "capsem-ledger-check-all" and doc["exit_code"] == 1
+    entries = {e["path"]: e for e in doc["ledgers"]}
+    expected = [x.directory for x in discover_home(shared_home.home).ledgers]
+    assert [e["path"] for e in doc["ledgers"]] == [str(p) for p in expected]
+    for path in expected:
+        entry = entries[str(path)]
+        alone = check_ledger(path / "session.db", verify_bodies=True).to_json()
+        # The same fields as check --json, with the same values.
+        assert {k: entry[k] for k in alone} == json.loads(json.dumps(alone))
+        assert entry["ok"] is (path != shared_home.damaged)
+    bad = entries[str(shared_home.damaged)]
+    assert bad["verdict"] == "damaged" and bad["checks"]["verify_bodies"]["findings_total"] > 0
+    assert doc["totals"]["damaged"] == 1 and doc["totals"]["ledgers"] == len(expected)
+
+
+def test_the_text_summary_has_a_row_per_ledger_the_totals_and_names_each_damaged_one(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]
+    done = run_cli(shared_home.home, "--all", "--verify-bodies")
+    assert done.returncode == 1
+    out = done.stdout
+    assert "session" in out and "verdict" in out
+    for ledger in discover_home(shared_home.home).ledgers:
+        assert str(ledger.directory) in out
+    assert f"1 damaged, 0 unreadable" in out
+    tail = out.split("Damaged or unreadable (1):", 1)[1]
+    assert "heavy-1" in tail and "Bodies read back through their hashes" in tail
+    assert "Traceback" not in done.stderr
+
+
+def test_a_sound_home_exits_0(tmp_path: Path, heavy_source: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    home = fleet_home(tmp_path, heavy_source, heavy=1, damaged=False)
+    done = run_cli(home.home, "--all", "--verify-bodies", "--jobs", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Every ledger is sound." in done.stdout
+
+
+def test_ledger_strings_reach_the_terminal_escaped(tmp_path: Path, heavy_source: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    home = fleet_home(tmp_path, heavy_source, heavy=2, sessions=1)
+    hostile = tmp_path / "tree" / "evil\x1b[31m\u202e"
+    hostile.parent.mkdir()
+    shutil.copytree(home.heavy[0], hostile)
+    done = run_cli(home.home, "--all", "--path", str(tmp_path / "tree"))
+    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
+    assert "evil\\x1b[31m\\u202e" in done.stdout
+
+
+def test_a_task_whose_process_crashes_is_that_tasks_answer_and_the_others_run_on() -> None:
+    seen: list[int] = []
+    answers = run_each(answer_or_crash, [0, 1, 2, 3, 4, 5], jobs=2, on_done=lambda i, a: seen.append(i))
+    assert answers[:2] == [0, 10] and answers[4:] == [40, 50]
+    assert isinstance(answers[2], ProcessDied) and answers[2].describe() == "its check process was killed by SIGSEGV"
+    assert isinstance(answers[3], TaskRaised) and answers[3].text == "RuntimeError: this task broke"
+    assert sorted(seen) == list(range(6))
+
+
+def test_a_ledger_whose_check_process_is_killed_is_unreadable_and_the_rest_are_checked(
+        tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=6, sessions=1)
+    killed: list[int] = []
+    me = psutil.Process()
+
+    def kill_one_check() -> None:
+        # As the kernel's OOM killer would: SIGKILL to one check process while it runs.
+        while not killed:
+            for server in me.children():
+                for child in server.children():
+                    try:
+                        child.send_signal(signal.SIGKILL)
+                    except psutil.NoSuchProcess:
+                        continue
+                    killed.append(child.pid)
+                    return
+
+    killer = threading.Thread(target=kill_one_check, daemon=True)
+    killer.start()
+    report = check_all([], home=home.home, verify_bodies=True, jobs=2)
+    killer.join(timeout=60)
+    assert killed
+    unreadable = [r for r in report if r.verdict == "unreadable"]
+    assert len(unreadable) == 1
+    assert unreadable[0].error == f"{unreadable[0].ledger.db_path}: its check process was killed by SIGKILL"
+    rest = [r for r in report if r is not unreadable[0]]
+    assert all(r.verdict == ("damaged" if r.ledger.directory == home.damaged else "ok") for r in rest)
+    assert report.exit_code() == 1
+
+
+def test_a_ledger_removed_mid_run_is_unreadable_and_the_rest_are_fine(tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=3, sessions=2)
+    ledgers = discover_home(home.home).ledgers
+    smallest = min(ledgers, key=lambda x: x.size)  # checked last: largest go first
+
+    def remove_the_last_after_the_first(result: object) -> None:
+        if smallest.directory.exists():
+            shutil.rmtree(smallest.directory)
+
+    report = check_all(ledgers, verify_bodies=True, jobs=1, progress=remove_the_last_after_the_first)
+    by_dir = {r.ledger.directory: r for r in report}
+    gone = by_dir[smallest.directory]
+    assert gone.verdict == "unreadable" and gone.report is None
+    assert "session.db" in (gone.error or "") and "Traceback" not in (gone.error or "")
+    assert verdicts(report) == {str(x.directory): ("unreadable" if x is smallest else
+                                                   "damaged" if x.directory == home.damaged else "ok")
+                                for x in ledgers}
+
+
+def test_a_linked_session_directory_is_refused_by_name(tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=2, sessions=1)
+    (home.home / "run" / "sessions" / "via-link").symlink_to(home.heavy[0])
+    report = check_all([], home=home.home, jobs=2)
+    linked = next(r for r in report if r.ledger.directory.name == "via-link")
+    assert linked.verdict == "unreadable" and "symbolic link" in (linked.error or "")
+
+
+def test_check_all_returns_results_in_the_order_given(tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=2, sessions=2)
+    ledgers = list(reversed(discover_home(home.home).ledgers))
+    report = check_all(ledgers, jobs=2)
+    assert [r.ledger for r in report] == ledgers
+    assert all(isinstance(r.ledger, FleetLedger) for r in report)
+
+
+def test_options_of_check_all_alone_are_refused_without_it(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]
+    for args in (("--path", "x"), ("--jobs", "2"), ("--scheduler", "local")):
+        done = run_cli(shared_home.home, *args)
+        assert done.returncode == 2 and f"{args[0]} is an option of check --all" in done.stderr
+    done = run_cli(shared_home.home, "--all", "--jobs", "0")
+    assert done.returncode == 2 and "--jobs must be at least 1" in done.stderr
+    done = run_cli(shared_home.home, "--all", "some-session")
+    assert done.returncode == 2 and "no SESSION or --db" in done.stderr
+    done = run_cli(shared_home.home, "--all", "--scheduler", "somewhere:8786")
+    assert done.returncode == 2 and "--scheduler takes tcp://host:port or 'local'" in done.stderr
+
+
+def test_a_home_with_no_ledgers_is_an_error_naming_where_it_looked(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    done = run_cli(tmp_path / "empty-home", "--all")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"capsem-ledger check: no ledgers found in {tmp_path}/empty-home/run/sessions, "
+                                   f"{tmp_path}/empty-home/run/persistent")
+
+
+def test_incremental_passes_through_to_check_or_is_refused_naming_itself(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]
+    import inspect
+
+    done = run_cli(shared_home.home, "--all", "--verify-bodies", "--incremental", "--json")
+    if "incremental" in inspect.signature(check_ledger).parameters:
+        assert done.returncode == 1 and json.loads(done.stdout)["totals"]["damaged"] == 1
+    else:
+        assert done.returncode == 2 and "--incremental is not supported by this build's check" in done.stderr
+
+
+def test_scheduler_without_dask_says_in_one_line_how_to_install_it(tmp_path: Path, shared_home) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "no-dask"
+    blocker.mkdir()
+    (blocker / "distributed.py").write_text("raise ImportError('not installed')\n")
+    env = dict(os.environ, CAPSEM_HOME=str(shared_home.home), PYTHONPATH=f"{blocker}{os.pathsep}{ROOT}")
+    done = subprocess.run([sys.executable, "-m", "capsem_core", "check", "--all", "--scheduler", "local"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "capsem-ledger check: --scheduler needs Dask, which is not installed: pip install 'capsem-core[fleet]'"]
+
+
+def test_sigterm_ends_the_run_and_its_check_processes_with_143(tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=8, sessions=1)
+    env = dict(os.environ, CAPSEM_HOME=str(home.home), CAPSEM_RUN_DIR=str(home.home / "run"))
+    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "check", "--all", "--verify-bodies", "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        parent = psutil.Process(proc.pid)
+        checks = wait_for(lambda: [c for s in parent.children() for c in s.children()], timeout=120, every=0.005)
+        family = parent.children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143 and err.strip() == "capsem-ledger check: terminated"
+    assert checks
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == []
