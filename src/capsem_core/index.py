@@ -21,7 +21,7 @@ from capsem_core._native import _index
 from capsem_core._native._index import PARALLEL_MIN_ROWS, parse_body_hash, sqlite_source_id, sqlite_version
 from capsem_core.errors import LedgerError
 
-__all__ = ["scan_bodies", "scan_blocks", "parse_body_hash", "sqlite_version", "sqlite_source_id",
+__all__ = ["scan_bodies", "scan_blocks", "scan_keys", "parse_body_hash", "sqlite_version", "sqlite_source_id",
            "PARALLEL_MIN_ROWS"]
 
 
@@ -59,3 +59,14 @@ def scan_blocks(db_path: db.PathArg, *, plan: db.ReadPlan | None = None,
     if plan is None:
         plan = db.complete_plan(path)
     return _index.scan_blocks(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, conn=_shared(conn))
+
+
+def scan_keys(db_path: db.PathArg, *, plan: db.ReadPlan | None = None,
+              conn: sqlite3.Connection | None = None) -> dict[str, Any]:
+    """The key columns of every event_body_blobs row in rowid order (id, event_id,
+    source_table, direction, content_type as text columns, original_bytes, truncated; see
+    the native scan_keys). plan, conn: as for scan_bodies."""
+    path = _existing(db_path)
+    if plan is None:
+        plan = db.complete_plan(path)
+    return _index.scan_keys(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, conn=_shared(conn))

@@ -12,13 +12,19 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from capsem_core import db, index, schema
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
+from capsem_core.bodies import read as _bulk
+from capsem_core.bodies.batch import BodyBatch
+from capsem_core.bodies.body_index import BodyIndex, scan_index
 from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
 from capsem_core.check.subset import Subset
 from capsem_core.errors import LedgerError, WriterBusy
@@ -34,6 +40,10 @@ from capsem_core.paths import (
 
 SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
 _COPY_CHUNK = 1 << 20
+# read_body's cache of inflated blocks: a few dozen blocks of the usual 1-3 MiB.
+DEFAULT_BLOCK_CACHE_BYTES = 32 << 20
+# bodies() reads in batches this large: the memory it holds, whatever the ledger's size.
+_BODIES_BATCH_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +76,16 @@ class Ledger:
     small reads and one memory map, never a scan of the tables or the archive. The ledger
     holds one read-only SQLite connection, one descriptor and one map of session.bodies until
     ``close()`` (or the end of a ``with`` block) releases them; any read after that raises
-    LedgerError. Thread-safe: the one archive cursor is used under a lock, so concurrent reads
-    of one Ledger take turns; open one Ledger per thread to read in parallel.
+    LedgerError. Thread-safe: the archive reader is used under a lock, so concurrent reads
+    of one Ledger take turns (each bulk read runs the kernel's own threads); open one Ledger
+    per thread to read in parallel.
+
+    ``block_cache_bytes`` bounds ``read_body``'s cache of inflated blocks (default 32 MiB;
+    0 keeps one block, as Capsem's reader does): a read landing in a cached block inflates
+    nothing it has already inflated.
     """
 
-    def __init__(self, path: os.PathLike[str] | str):
+    def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):
         self._closed = False
         self._events: EventReader | None = None
         self.db_path, self.bodies_path = ledger_paths(path)
@@ -83,7 +98,7 @@ class Ledger:
         try:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
-            self._archive = _archive.ArchiveReader(str(self.bodies_path))
+            self._archive = _archive.ArchiveReader(str(self.bodies_path), block_cache_bytes)
         except BaseException:
             self._conn.close()
             raise
@@ -151,7 +166,7 @@ class Ledger:
         # Under the lock: a session.bodies renamed over since open is opened anew.
         self._live()
         if self._archive.file_was_replaced():
-            fresh = _archive.ArchiveReader(str(self.bodies_path))
+            fresh = _archive.ArchiveReader(str(self.bodies_path), self._archive.cache_bytes)
             self._archive.close()  # its map and descriptor name the replaced file
             self._archive = fresh
 
@@ -181,37 +196,118 @@ class Ledger:
         with self._lock:
             return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
 
-    def bodies(self, source_table: str | None = None) -> Iterator[BodyRecord]:
-        """Every body (of ``source_table`` only, when given) in archive order, verified.
-
-        A generator: it reads the index in batches of 1024 rows and inflates each segment
-        once, so memory stays at one block's raw bytes plus one batch, whatever the ledger's
-        size. Raises what ``read_body`` raises, at the body concerned (the bodies before it
-        have been yielded), and LedgerError when the ledger is closed.
-        """
-        sql = ("SELECT event_id, source_table, direction, content_type, original_bytes, truncated, "
-               "block_offset, body_offset, body_len, body_hash FROM event_body_blobs")
-        params: tuple[object, ...] = ()
-        if source_table is not None:
-            sql += " WHERE source_table = ?"
-            params = (source_table,)
-        sql += " ORDER BY block_offset, body_offset"
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        # One read transaction for the index scans and the key lookups (held under the lock).
         self._live()
         try:
-            cursor = self._conn.execute(sql, params)
-            while True:
-                batch = cursor.fetchmany(1024)
-                if not batch:
-                    return
-                for (event_id, table, direction, content_type, original, truncated,
-                     block_offset, body_offset, body_len, body_hash) in batch:
-                    block_offset, body_offset, body_len, body_hash = self._checked_row(
-                        event_id, block_offset, body_offset, body_len, body_hash)
-                    with self._lock:
-                        data = self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
-                    yield BodyRecord(event_id, table, direction, content_type, original, bool(truncated), data)
+            self._conn.execute("BEGIN")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"query failed: {exc}", self.db_path) from None
+        try:
+            yield
+        finally:
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.DatabaseError:
+                pass  # a read transaction has nothing to lose
+
+    def index(self, *, threads: int = 0) -> BodyIndex:
+        """The body index as public numpy arrays (``capsem_core.bodies.BodyIndex``): every
+        event_body_blobs row in archive order, its span, digest and keys, and body_blocks.
+
+        One read transaction, native scans (no Python object per row; ``threads`` readers,
+        0: one per core). Costs about 100 bytes of memory per body plus its key texts.
+        Raises LedgerError when the index cannot be read or the ledger is closed."""
+        with self._lock, self._snapshot():
+            return scan_index(self.db_path, self._conn, threads=threads)
+
+    def _plan(self, selection: _bulk.Selection, index: BodyIndex | None,
+              threads: int) -> tuple[BodyIndex, np.ndarray]:
+        with self._lock, self._snapshot():
+            idx = index if index is not None else scan_index(self.db_path, self._conn, threads=threads)
+            return idx, _bulk.resolve(selection, idx, self._conn, self.db_path)
+
+    def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int) -> BodyBatch:
+        with self._lock:
+            self._live()
+            self._refresh_archive()
+            return _bulk.read_batch(self._archive, idx, positions, errors, threads, self.db_path,
+                                    self.bodies_path, self._conn)
+
+    def read_bodies(self, selection: _bulk.Selection = None, *, errors: _bulk.Errors = "raise",
+                    max_bytes: int | None = None, threads: int = 0, index: BodyIndex | None = None) -> BodyBatch:
+        """The chosen bodies, verified, in one buffer (a ``capsem_core.bodies.BodyBatch``).
+
+        ``selection``: None (every body), a source_table name, a list of (event_id,
+        source_table, direction) keys, or positions into ``index`` (an integer array; by
+        default into a fresh ``self.index()``, so pass the index the positions came from).
+        Bodies come in archive order, each once. The native kernel reads them: each segment
+        inflated once, segment and body hashes checked, every body copied to its slot of one
+        buffer, on ``threads`` threads (0: one per core) with the GIL released.
+
+        ``errors``: "raise" raises what ``read_body`` would for the first damaged body;
+        "skip" leaves damaged bodies out; "report" keeps them in place, empty, with
+        ``batch.ok[i]`` False; both list them in ``batch.findings``. ``max_bytes``: ValueError
+        when the selection holds more body bytes (read it with ``body_batches``). Memory: the
+        index, the buffer (the selection's bytes) and one block per thread. Raises KeyError
+        for a key the index does not hold, IndexError for a position outside it, LedgerError
+        when the index cannot be read or the ledger is closed."""
+        _bulk.check_errors(errors)
+        idx, positions = self._plan(selection, index, threads)
+        if max_bytes is not None:
+            total = int(_bulk.slot_lengths(idx, positions).sum())
+            if total > max_bytes:
+                raise ValueError(f"the selection holds {total} body bytes, more than max_bytes={max_bytes}: "
+                                 "read it with body_batches()")
+        return self._read_run(idx, positions, errors, threads)
+
+    def body_batches(self, selection: _bulk.Selection = None, *, errors: _bulk.Errors = "raise",
+                     max_bytes: int = _bulk.DEFAULT_BATCH_BYTES, threads: int = 0,
+                     index: BodyIndex | None = None) -> Iterator[BodyBatch]:
+        """``read_bodies`` in batches of at most ``max_bytes`` body bytes (default 64 MiB), for
+        selections larger than memory should hold: a generator of BodyBatch, in archive order.
+
+        The index is scanned and the selection resolved once, first; batches are cut at block
+        boundaries where they can be (a block is then inflated once), and a body larger than
+        max_bytes is a batch of its own (a body is at most 16 MiB). Peak memory: the index,
+        one batch the caller still holds, and one block per thread. With errors="raise" the
+        batch holding the first damaged body raises (the batches before it were yielded)."""
+        _bulk.check_errors(errors)
+        idx, positions = self._plan(selection, index, threads)
+        for start, end in _bulk.plan_batches(idx, positions, max_bytes):
+            yield self._read_run(idx, positions[start:end], errors, threads)
+
+    def bodies_of(self, event_id: str) -> list[tuple[str, str, str | None, int]]:
+        """(source_table, direction, content_type, body_len) of every body the index names
+        for ``event_id``, ordered by table and direction. One indexed lookup. LedgerError
+        when the query fails or the ledger is closed."""
+        with self._lock:
+            rows = self._query("SELECT source_table, direction, content_type, body_len FROM event_body_blobs "
+                               "WHERE event_id = ? ORDER BY source_table, direction", (event_id,))
+        return [(str(t), str(d), None if c is None else str(c), int(n) if type(n) is int else -1)
+                for t, d, c, n in rows]
+
+    def bodies(self, source_table: str | None = None, *, threads: int = 0) -> Iterator[BodyRecord]:
+        """Every body (of ``source_table`` only, when given) in archive order, verified.
+
+        A generator over ``body_batches`` (16 MiB at a time, each segment inflated once, on
+        ``threads`` kernel threads, 0: one per core), so
+        memory stays at the index plus one batch whatever the ledger's size. Raises what
+        ``read_body`` raises, at the body concerned (the bodies before it have been yielded),
+        and LedgerError when the ledger is closed."""
+        for batch in self.body_batches(source_table, errors="report", max_bytes=_BODIES_BATCH_BYTES,
+                                       threads=threads):
+            rows = batch.rows
+            failed = {(f.block_offset, f.body_offset, f.row_id): f for f in batch.findings}
+            ok = batch.ok
+            for i in range(len(batch)):
+                if not ok[i]:
+                    fault = failed[(int(rows.block_offset[i]), int(rows.body_offset[i]), int(rows.id[i]))]
+                    raise _bulk.fault_error(fault, self.db_path, self.bodies_path)
+                yield BodyRecord(rows.event_id[i], rows.source_table[i], rows.direction[i],  # type: ignore[arg-type]
+                                 rows.content_type[i], int(rows.original_bytes[i]), bool(rows.truncated[i]),
+                                 bytes(batch[i]))
 
     def verify(self, *, threads: int = 0, progress: Callable[[int, int], None] | None = None,
                incremental: bool = False, subset: str | Subset | None = None,

@@ -20,6 +20,7 @@ from capsem_core import verify as _verify
 from capsem_core.check.archive import BodyIndex
 from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions, verify_part
 from capsem_core.check.report import ERROR, CheckResult, Finding
+from capsem_core.verify import BodyFault
 from capsem_core.cli.terminal import colour_wanted
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def verify_bodies(conn: sqlite3.Connection, db_path: Path, index: BodyIndex, res
     return outcome.coverage, outcome.pending
 
 
-def body_finding(fault: _verify.BodyFault) -> Finding:
+def body_finding(fault: BodyFault) -> Finding:
     """The report's finding for one body that did not read back (a fleet run's block ranges
     word theirs here too, so a split verify reads like a whole one)."""
     location = {"event_id": fault.event_id, "source_table": fault.source_table, "direction": fault.direction,

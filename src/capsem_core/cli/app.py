@@ -23,15 +23,17 @@ Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[a
 
 def _commands() -> tuple[Command, ...]:
     """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core.cli import check, sample
+    from capsem_core.cli import body, check, export, sample
     from capsem_core.cli import events as events_command
     from capsem_core.cli import list as list_command
     from capsem_core.cli import rollup as rollup_command
 
     return (
+        ("body", "one verified body's exact bytes", body.add_arguments, body.run),
         ("check", "integrity report of one session's ledger", check.add_arguments, check.run),
         ("events", "a session's events in order, resumable from a cursor, or followed live",
          events_command.add_arguments, events_command.run),
+        ("export", "every body of a ledger to files, with a manifest", export.add_arguments, export.run),
         ("list", "recent sessions from main.db", list_command.add_arguments, list_command.run),
         ("rollup", "recompute a session's totals in main.db from its ledger", rollup_command.add_arguments,
          rollup_command.run),
@@ -68,7 +70,7 @@ class _VersionAction(argparse.Action):
 
 # Commands that write: SIGTERM raises Terminated in them, so the writers' exit paths run (and
 # leave a sound ledger) exactly as for Ctrl-C, instead of the process dying mid-record.
-WRITING_COMMANDS = frozenset(("sample", "rollup"))
+WRITING_COMMANDS = frozenset(("sample", "rollup", "export"))
 
 
 def _raise_terminated(signum: int, frame: object) -> None:

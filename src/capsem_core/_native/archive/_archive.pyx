@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 cimport numpy as cnp
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -150,25 +151,56 @@ def _span_end(offset, length):
 
 # --- the reader ---------------------------------------------------------------------------
 
-cdef class ArchiveReader:
-    """A reader of one session.bodies file with Capsem's single block cursor.
+# Cursors a reader's block cache may hold, whatever its byte budget: the lookup is a linear
+# scan, and 64 blocks of the smallest size a writer seals already make a generous cache.
+MAX_CACHED_BLOCKS = 64
+cdef enum:
+    MAX_POOL = 64
+# What a cursor costs beyond its raw buffer (its inflate state and window), counted against
+# the cache's budget so many tiny blocks cannot hold more memory than the budget says.
+cdef size_t CURSOR_OVERHEAD = 48 << 10
 
-    Not shareable between threads (like Capsem's reader): one reader per thread. The file
-    is memory-mapped; the map is refreshed when a read needs bytes past it, so a reader
-    follows a writer appending to the same open block.
+
+cdef class ArchiveReader:
+    """A reader of one session.bodies file with Capsem's block cursor, or a cache of them.
+
+    Not shareable between threads (like Capsem's reader): one reader per thread, or a lock
+    around it. The file is memory-mapped; the map is refreshed when a read needs bytes past
+    it, so a reader follows a writer appending to the same open block.
+
+    ``cache_bytes`` bounds a cache of inflated blocks: each cached block keeps its cursor
+    (its inflated prefix and its inflate stream), so a read that lands in a cached block
+    inflates nothing when its span is already held, and only the segments past the held
+    prefix otherwise. Least recently used blocks are dropped once the cursors' buffers (plus
+    a fixed 48 KiB each for the inflate state) exceed the budget, and at most
+    MAX_CACHED_BLOCKS are kept; 0 (the default) keeps one cursor, Capsem's protocol.
     """
     cdef capsem_archive_file f
-    cdef capsem_cursor *c
+    cdef capsem_cursor *c  # the cursor of the last read (one of pool)
+    cdef capsem_cursor *pool[MAX_POOL]
+    cdef uint64_t last_use[MAX_POOL]
+    cdef int npool
+    cdef uint64_t tick
+    cdef size_t budget
+    # Counters of cursors the cache dropped, so blocks_inflated counts every inflate.
+    cdef uint64_t dropped_blocks, dropped_segments
     cdef readonly object path
     cdef bytes cpath
     cdef bint busy
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, cache_bytes=0):
         self.c = NULL
+        self.npool = 0
+        self.tick = 0
+        self.dropped_blocks = 0
+        self.dropped_segments = 0
         self.f.fd = -1
         self.f.map = NULL
         self.f.size = 0
         self.busy = False
+        if cache_bytes < 0:
+            raise ValueError("cache_bytes is a byte count (0 or more)")
+        self.budget = <size_t>min(cache_bytes, 1 << 62)
         self.path = Path(os.fspath(path))
         self.cpath = os.fsencode(self.path)
         _open_archive(&self.f, self.path, self.cpath)
@@ -176,17 +208,24 @@ cdef class ArchiveReader:
         if self.c == NULL:
             capsem_file_close(&self.f)
             raise MemoryError()
+        self.pool[0] = self.c
+        self.last_use[0] = 0
+        self.npool = 1
+
+    cdef void _free_cursors(self):
+        cdef int k
+        for k in range(self.npool):
+            capsem_cursor_free(self.pool[k])
+            self.pool[k] = NULL
+        self.npool = 0
+        self.c = NULL
 
     def __dealloc__(self):
-        if self.c != NULL:
-            capsem_cursor_free(self.c)
-            self.c = NULL
+        self._free_cursors()
         capsem_file_close(&self.f)
 
     def close(self):
-        if self.c != NULL:
-            capsem_cursor_free(self.c)
-            self.c = NULL
+        self._free_cursors()
         capsem_file_close(&self.f)
 
     def __enter__(self):
@@ -200,6 +239,69 @@ cdef class ArchiveReader:
             raise ValueError("the archive reader is closed")
         if self.busy:
             raise RuntimeError("an ArchiveReader is used by one thread at a time")
+
+    cdef size_t _cache_used(self):
+        cdef size_t used = 0
+        cdef int k
+        for k in range(self.npool):
+            used += capsem_cursor_capacity(self.pool[k]) + CURSOR_OVERHEAD
+        return used
+
+    cdef void _drop(self, int k):
+        """Free cached cursor k (never the current one)."""
+        self.dropped_blocks += capsem_cursor_blocks_inflated(self.pool[k])
+        self.dropped_segments += capsem_cursor_segments_inflated(self.pool[k])
+        capsem_cursor_free(self.pool[k])
+        self.npool -= 1
+        self.pool[k] = self.pool[self.npool]
+        self.last_use[k] = self.last_use[self.npool]
+        self.pool[self.npool] = NULL
+
+    cdef int _oldest(self, bint spare_current):
+        cdef int k, best = -1
+        for k in range(self.npool):
+            if spare_current and self.pool[k] == self.c:
+                continue
+            if best < 0 or self.last_use[k] < self.last_use[best]:
+                best = k
+        return best
+
+    cdef int _choose(self, uint64_t block_offset) except -1:
+        """Make self.c the cursor for block_offset: the cached one holding that block, else a
+        new cursor while the budget allows, else the least recently used one (restarted)."""
+        cdef int k, at = -1
+        cdef capsem_cursor *fresh
+        self.tick += 1
+        for k in range(self.npool):
+            if capsem_cursor_active(self.pool[k]) and capsem_cursor_block(self.pool[k]) == block_offset:
+                at = k
+                break
+        if at < 0:
+            for k in range(self.npool):
+                if not capsem_cursor_active(self.pool[k]):
+                    at = k  # an idle cursor (discarded after an error): reuse its buffer
+                    break
+        if at < 0 and self.budget and self.npool < MAX_POOL and self._cache_used() < self.budget:
+            fresh = capsem_cursor_new()
+            if fresh == NULL:
+                raise MemoryError()
+            at = self.npool
+            self.pool[at] = fresh
+            self.npool += 1
+        if at < 0:
+            at = self._oldest(False)
+        self.c = self.pool[at]
+        self.last_use[at] = self.tick
+        return 0
+
+    cdef void _trim(self):
+        """Drop least recently used blocks until the cache is within its budget."""
+        cdef int k
+        while self.npool > 1 and self._cache_used() > self.budget:
+            k = self._oldest(True)
+            if k < 0:
+                return
+            self._drop(k)
 
     cdef bint _refresh(self) except -1:
         """Re-map after growth; True when the mapped size changed."""
@@ -215,10 +317,13 @@ cdef class ArchiveReader:
         cdef int tries = 0
         self.busy = True
         try:
+            self._choose(block_offset)
             while True:
                 with nogil:
                     st = capsem_guarded_reach(self.c, self.f.map, self.f.size, block_offset, end, &e)
                 if st == CAPSEM_OK:
+                    if self.npool > 1:
+                        self._trim()
                     return
                 # The view may be stale: a writer appended since it was mapped.
                 if (st == CAPSEM_E_TRUNCATED or st == CAPSEM_E_BLOCK_HEADER) and tries < 8 and self._refresh():
@@ -365,11 +470,34 @@ cdef class ArchiveReader:
 
     @property
     def blocks_inflated(self):
-        return capsem_cursor_blocks_inflated(self.c) if self.c != NULL else 0
+        """Blocks whose inflating was started (from their first segment), over the reader's life."""
+        cdef uint64_t n = self.dropped_blocks
+        cdef int k
+        for k in range(self.npool):
+            n += capsem_cursor_blocks_inflated(self.pool[k])
+        return n
 
     @property
     def segments_inflated(self):
-        return capsem_cursor_segments_inflated(self.c) if self.c != NULL else 0
+        """Segments inflated over the reader's life."""
+        cdef uint64_t n = self.dropped_segments
+        cdef int k
+        for k in range(self.npool):
+            n += capsem_cursor_segments_inflated(self.pool[k])
+        return n
+
+    @property
+    def cached_blocks(self):
+        """Blocks the cache holds inflated now (a prefix of each)."""
+        cdef int k, n = 0
+        for k in range(self.npool):
+            n += capsem_cursor_active(self.pool[k]) != 0
+        return n
+
+    @property
+    def cache_bytes(self):
+        """The cache's byte budget (0: one cursor, no cache)."""
+        return self.budget
 
     @property
     def identity(self):
@@ -392,6 +520,50 @@ cdef class ExtentWalk:
     def segment_count(self):
         """Segment headers kept (every segment of every sound extent)."""
         return self.table.n
+
+
+# --- the bulk read's buffer -----------------------------------------------------------------
+
+cdef class ReadOnlyBytes:
+    """The read-only buffer protocol over a contiguous uint8 array it holds.
+
+    The base of the bulk read's batch: ``memoryview(batch)`` and ``bytes(batch)`` see the one
+    buffer the kernel copied the verified bodies into, with no copy; no view of it is
+    writable, so the bytes stay the verified ones."""
+    cdef object _array
+    cdef const uint8_t[::1] _view
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+
+    def __init__(self, array):
+        self._array = np.ascontiguousarray(array, dtype=np.uint8).reshape(-1)
+        self._view = self._array
+        self._shape[0] = self._view.shape[0]
+        self._strides[0] = 1
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("the bodies' buffer is read-only")
+        if self._shape[0]:
+            view.buf = <void *>&self._view[0]
+        else:
+            view.buf = <void *>self._shape  # any valid address: no byte is read
+        view.obj = self
+        view.len = self._shape[0]
+        view.readonly = 1
+        view.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            view.format = b"B"
+        else:
+            view.format = NULL
+        view.ndim = 1
+        view.shape = self._shape
+        view.strides = self._strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
 
 
 # --- extent fingerprints (the verification record) ---------------------------------------
@@ -518,17 +690,29 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
 
 
 def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int threads=0, progress=None,
-                       bint use_libdeflate=True, ExtentWalk walk=None):
+                       bint use_libdeflate=True, ExtentWalk walk=None, out=None, out_offset=None):
     """verify_bodies over the map of an open ArchiveReader (its file header already checked
     at open): the archive is not opened again. The map is first refreshed to the file's
     size; the reader is busy meanwhile (any other use of it raises RuntimeError). ``walk``:
     this reader's walk_extents over exactly these blocks with no failures; the kernel then
     takes every segment header from it instead of parsing it again (a walk of other blocks
-    is not used)."""
+    is not used).
+
+    With ``out`` (a writable contiguous uint8 buffer) and ``out_offset`` (one int64 per
+    body), the same pass also hands the bytes out: every body that verifies is copied to
+    out[out_offset[i] : out_offset[i] + body_len[i]], by the worker that hashed it, with the
+    GIL released; a body that fails leaves its slot as it was. ValueError before any work
+    when a slot of a body whose span is in bounds does not fit in ``out``."""
     cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
+    cdef uint8_t[::1] vout
     reader._check_open()
     if walk is not None and not walk.failures and np.array_equal(walk.block_offset, arrays.k_blk):
         arrays.walk = walk
+    if (out is None) != (out_offset is None):
+        raise ValueError("out and out_offset go together")
+    if out is not None:
+        vout = out
+        arrays.set_output(vout, out_offset)
     if arrays.n == 0:
         return arrays.outcome([])
     reader._refresh()
@@ -544,6 +728,9 @@ cdef class _VerifyArrays:
     order) and its output arrays."""
     cdef object b_blk, b_off, b_len, b_dig, b_ok, k_blk, k_disk
     cdef object status, err_index, got
+    cdef object out_offset
+    cdef uint8_t[::1] out
+    cdef bint has_out
     cdef ExtentWalk walk
     cdef size_t n
 
@@ -565,6 +752,19 @@ cdef class _VerifyArrays:
         self.status = np.zeros(self.n, np.uint8)
         self.err_index = np.full(self.n, -1, np.int32)
         self.got = np.zeros((self.n, 32), np.uint8)
+
+    cdef set_output(self, uint8_t[::1] out, out_offset):
+        offsets = _i64(out_offset)
+        if offsets.shape[0] != self.n:
+            raise ValueError("out_offset differs in length from the body arrays")
+        # A length out of a block's bounds is refused by the kernel and never copied: it
+        # needs no slot (and no sum below can overflow).
+        lens = np.where((self.b_len < 0) | (self.b_len > CAPSEM_MAX_BLOCK_RAW_BYTES), 0, self.b_len)
+        if self.n and (np.any(offsets < 0) or np.any(offsets > out.shape[0] - lens)):
+            raise ValueError("a body's slot does not fit in the output buffer")
+        self.out = out
+        self.out_offset = offsets
+        self.has_out = True
 
     cdef object outcome(self, list errors):
         return VerifyOutcome(self.status, self.err_index, self.got, errors)
@@ -593,6 +793,13 @@ cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, pr
     spec.status = &vs[0]
     spec.err_index = &ve[0]
     spec.got = &vg[0, 0]
+    cdef const int64_t[::1] voo
+    spec.out = NULL
+    spec.out_offset = NULL
+    if a.has_out:
+        voo = a.out_offset
+        spec.out = &a.out[0] if a.out.shape[0] else NULL
+        spec.out_offset = &voo[0]
     spec.threads = threads
     spec.use_libdeflate = use_libdeflate
     spec.segs = NULL

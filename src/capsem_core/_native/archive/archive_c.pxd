@@ -30,6 +30,7 @@ cdef extern from "archive_reader.h" nogil:
     uint64_t capsem_cursor_block(const capsem_cursor *c)
     int capsem_cursor_finished(const capsem_cursor *c)
     uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c)
+    size_t capsem_cursor_capacity(const capsem_cursor *c)
     uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
     ctypedef struct capsem_segment_ref:
         uint64_t at
@@ -88,6 +89,8 @@ cdef extern from "archive_verify.h" nogil:
         uint8_t *status
         int32_t *err_index
         uint8_t *got
+        uint8_t *out
+        const int64_t *out_offset
         int threads
         int use_libdeflate
         const capsem_segment_ref *segs

@@ -70,6 +70,7 @@ uint64_t capsem_cursor_block(const capsem_cursor *c) { return c->block_offset; }
 int capsem_cursor_finished(const capsem_cursor *c) { return c->active && c->finished; }
 uint64_t capsem_cursor_next_segment(const capsem_cursor *c) { return c->next_segment; }
 uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c) { return c->blocks_inflated; }
+size_t capsem_cursor_capacity(const capsem_cursor *c) { return c->raw_cap; }
 uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c) { return c->segments_inflated; }
 
 /* Room for `need` bytes; need is bounded by the caller to 16 MiB + 1. */

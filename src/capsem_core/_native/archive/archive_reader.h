@@ -50,6 +50,8 @@ int capsem_cursor_finished(const capsem_cursor *c);
 /* File offset just past the last segment the cursor read (kept after a discard). */
 uint64_t capsem_cursor_next_segment(const capsem_cursor *c);
 uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c);
+/* Bytes the cursor's raw buffer holds allocated (what a cache of cursors counts). */
+size_t capsem_cursor_capacity(const capsem_cursor *c);
 uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c);
 
 /* Structure of a committed extent [block_offset, block_offset + disk_len), headers only:

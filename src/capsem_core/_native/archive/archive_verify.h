@@ -32,6 +32,11 @@ typedef struct {
     uint8_t *status;
     int32_t *err_index;
     uint8_t *got;
+    /* Optional (NULL: verify only): every body that verifies is copied to out + out_offset[i]
+     * (nbodies offsets; the caller sized out so that each slot of body_len bytes fits), so a
+     * bulk read is this same pass plus one copy per body. */
+    uint8_t *out;
+    const int64_t *out_offset;
     int threads;
     int use_libdeflate;
     /* The segment headers the archive check's walk already parsed and checked (chain, sync

@@ -299,6 +299,18 @@ int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body
     return SQLITE_OK;
 }
 
+/* How a fill loop that stopped at row i of cap, on step result rc, ends: SQLITE_OK with *done
+ * clear when cap was reached, with *done set at the statement's end, else the error (copied). */
+static int fill_end(sqlite3 *db, int rc, size_t i, size_t cap, int *done, char *err, size_t errlen) {
+    if (i == cap) return SQLITE_OK;
+    if (rc == SQLITE_DONE) {
+        *done = 1;
+        return SQLITE_OK;
+    }
+    copy_err(db, rc, err, errlen);
+    return rc;
+}
+
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen) {
     *done = 0;
@@ -314,11 +326,67 @@ int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *r, size_t star
         i++;
     }
     *filled = i;
-    if (i == cap) return SQLITE_OK;
-    if (rc == SQLITE_DONE) {
-        *done = 1;
-        return SQLITE_OK;
+    return fill_end(ix->db, rc, i, cap, done, err, errlen);
+}
+
+/* Appends one value's text to a column (row i). 0 when out of memory. */
+static int append_text(capsem_text_column *t, size_t i, sqlite3_value *v) {
+    if (sqlite3_value_type(v) == SQLITE_NULL) {
+        t->null[i] = 1;
+        t->offsets[i + 1] = (int64_t)t->len;
+        return 1;
     }
-    copy_err(ix->db, rc, err, errlen);
-    return rc;
+    t->null[i] = 0;
+    /* sqlite3_value_text converts INTEGER / REAL to text; a BLOB comes as it is. */
+    const unsigned char *text = sqlite3_value_type(v) == SQLITE_BLOB ? sqlite3_value_blob(v) : sqlite3_value_text(v);
+    int n = sqlite3_value_bytes(v);
+    if (n < 0 || (n > 0 && !text)) return 0;
+    if ((size_t)n > t->cap - t->len) {
+        size_t want = t->cap ? t->cap : (1u << 16);
+        while (want - t->len < (size_t)n) {
+            if (want > SIZE_MAX / 2) return 0;
+            want *= 2;
+        }
+        uint8_t *p = realloc(t->data, want);
+        if (!p) return 0;
+        t->data = p;
+        t->cap = want;
+    }
+    if (n) memcpy(t->data + t->len, text, (size_t)n);
+    t->len += (size_t)n;
+    t->offsets[i + 1] = (int64_t)t->len;
+    return 1;
+}
+
+int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *r, size_t start, size_t cap, size_t *filled,
+                           int *done, char *err, size_t errlen) {
+    *done = 0;
+    *filled = start;
+    /* Record order (event_id, source_table, direction, content_type, original_bytes, ...,
+     * truncated): SQLite walks each record's header forward once. */
+    int rc = prepare(ix, "SELECT id, event_id, source_table, direction, content_type, original_bytes, truncated, "
+                         "body_hash, block_offset, body_offset, body_len FROM event_body_blobs", err, errlen);
+    if (rc != SQLITE_OK) return rc;
+    size_t i = start;
+    while (i < cap && (rc = sqlite3_step(ix->stmt)) == SQLITE_ROW) {
+        r->id[i] = sqlite3_column_int64(ix->stmt, 0);
+        for (int k = 0; k < CAPSEM_KEY_TEXTS; k++) {
+            if (!append_text(&r->text[k], i, sqlite3_column_value(ix->stmt, 1 + k))) {
+                *filled = i;
+                snprintf(err, errlen, "out of memory reading the body index's keys");
+                return SQLITE_NOMEM;
+            }
+        }
+        r->original_bytes[i] = sqlite3_column_int64(ix->stmt, 5);
+        r->truncated[i] = sqlite3_column_int64(ix->stmt, 6) != 0;
+        /* The body scan reads spans as integers whatever they hold (SQLite turns 'abc'
+         * into 0): the tables are not STRICT, so a reader must know which rows lie. */
+        r->row_ok[i] = sqlite3_column_type(ix->stmt, 7) == SQLITE_TEXT &&
+                       sqlite3_column_type(ix->stmt, 8) == SQLITE_INTEGER &&
+                       sqlite3_column_type(ix->stmt, 9) == SQLITE_INTEGER &&
+                       sqlite3_column_type(ix->stmt, 10) == SQLITE_INTEGER;
+        i++;
+    }
+    *filled = i;
+    return fill_end(ix->db, rc, i, cap, done, err, errlen);
 }

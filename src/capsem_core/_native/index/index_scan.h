@@ -69,6 +69,30 @@ typedef struct {
 int capsem_index_scan_body_ranges(capsem_index *ix, const char *uri, capsem_body_rows *rows,
                                   capsem_body_range *ranges, int n, int threads);
 
+/* A text column: row i's bytes are data[offsets[i] .. offsets[i + 1]); null[i] is 1 for
+ * SQL NULL (then no bytes). A value that is not TEXT is taken as SQLite converts it to text
+ * (a BLOB's bytes as they are). data grows with realloc; the caller frees it. */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    int64_t *offsets; /* rows + 1 */
+    uint8_t *null;
+} capsem_text_column;
+/* The key columns of event_body_blobs in rowid order: id, original_bytes, truncated and the
+ * text of event_id, source_table, direction, content_type, and whether the row's span and
+ * hash columns hold the types the body scan reads them as. */
+#define CAPSEM_KEY_TEXTS 4
+typedef struct {
+    int64_t *id, *original_bytes;
+    uint8_t *truncated;
+    /* 1 when body_hash is TEXT and block_offset, body_offset, body_len are INTEGER. */
+    uint8_t *row_ok;
+    capsem_text_column text[CAPSEM_KEY_TEXTS];
+} capsem_key_rows;
+/* Fill key rows [start, cap), as capsem_index_fill_bodies fills body rows. SQLITE_NOMEM
+ * when a text column cannot grow. */
+int capsem_index_fill_keys(capsem_index *ix, capsem_key_rows *rows, size_t start, size_t cap, size_t *filled,
+                           int *done, char *err, size_t errlen);
 int capsem_index_fill_blocks(capsem_index *ix, capsem_block_rows *rows, size_t start, size_t cap, size_t *filled,
                              int *done, char *err, size_t errlen);
 

@@ -1,0 +1,191 @@
+"""Bodies in bulk and random reads: Ledger.bodies / read_bodies / read_body side by side with
+their baselines, in one run.
+
+Groups (the ratio table after the run divides each time into its group's baseline):
+
+* ``bodies-large``: every body of the large-body sample (1 GiB raw) on one thread — the
+  pure-Python reader (oracles/archive_reader.archived_bodies: sqlite3, one zlib stream per
+  block, the ``blake3`` package) vs ``read_bodies(threads=1)`` and ``bodies(threads=1)``
+  (every body copied out as bytes). Target: >= 3x.
+* ``bodies-large-kernel``: the same two against the verify kernel alone on one thread (the
+  same work without handing out the bytes). Target: within 1.3x (ratio >= 0.77).
+* ``read-bodies-small``: every body of the million-body sample, pure-Python reader vs
+  ``read_bodies(threads=1)``. Target: >= 5x.
+* ``read-body-random``: 10,000 ``read_body`` calls on the large sample at uniformly random
+  bodies, and 10,000 over the bodies of 8 random blocks (a working set inside the cache):
+  today's reader (one cursor, ``block_cache_bytes=0``, the baseline) vs the default 32 MiB
+  block cache. Target: >= 5x.
+* ``test_peak_rss_of_batches_is_bounded_by_max_bytes``: peak RSS of ``body_batches`` over the
+  million-body sample in a fresh process, at two max_bytes, printed (not asserted).
+
+Run: ``python3 -m pytest bench/bench_bodies.py -q -s -p no:cacheprovider``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capsem_core._native import _archive
+from capsem_core.ledger import Ledger
+from capsem_core import index
+
+sys.path.insert(0, str(Path(__file__).parent))
+from oracles.archive_reader import archived_bodies  # noqa: E402
+
+READS = 10_000
+
+
+def _pure_python(db: Path) -> int:
+    return sum(len(b.data) for b in archived_bodies(db))
+
+
+def _read_bodies(db: Path) -> int:
+    with Ledger(db) as ledger:
+        batch = ledger.read_bodies(threads=1)
+        assert batch.findings == []
+        return batch.nbytes
+
+
+def _bodies(db: Path) -> int:
+    with Ledger(db) as ledger:
+        return sum(len(r.data) for r in ledger.bodies(threads=1))
+
+
+def _kernel(db: Path) -> int:
+    blocks, bodies = index.scan_blocks(db), index.scan_bodies(db, threads=1)
+    with _archive.ArchiveReader(db.with_suffix(".bodies")) as reader:
+        outcome = _archive.verify_bodies_with(reader, blocks, bodies, 1)
+    assert not outcome.status.any()
+    return int(bodies["body_len"].sum())
+
+
+def _run(benchmark, fn, db, *, rounds: int, baseline: bool = False) -> None:
+    if baseline:
+        benchmark.extra_info["baseline"] = True
+    total = benchmark.pedantic(fn, args=(db,), rounds=rounds, iterations=1, warmup_rounds=0)
+    benchmark.extra_info["body_bytes"] = total
+    assert total > 0
+
+
+@pytest.mark.benchmark(group="bodies-large")
+def test_large_pure_python(benchmark, large):
+    _run(benchmark, _pure_python, large, rounds=1, baseline=True)
+
+
+@pytest.mark.benchmark(group="bodies-large")
+def test_large_read_bodies_1_thread(benchmark, large):
+    _run(benchmark, _read_bodies, large, rounds=3)
+
+
+@pytest.mark.benchmark(group="bodies-large")
+def test_large_bodies_1_thread(benchmark, large):
+    _run(benchmark, _bodies, large, rounds=3)
+
+
+@pytest.mark.benchmark(group="bodies-large-kernel")
+def test_large_kernel_1_thread(benchmark, large):
+    _run(benchmark, _kernel, large, rounds=3, baseline=True)
+
+
+@pytest.mark.benchmark(group="bodies-large-kernel")
+def test_large_read_bodies_vs_kernel(benchmark, large):
+    _run(benchmark, _read_bodies, large, rounds=3)
+
+
+@pytest.mark.benchmark(group="bodies-large-kernel")
+def test_large_bodies_vs_kernel(benchmark, large):
+    _run(benchmark, _bodies, large, rounds=3)
+
+
+@pytest.mark.benchmark(group="read-bodies-small")
+def test_small_pure_python(benchmark, small):
+    _run(benchmark, _pure_python, small, rounds=1, baseline=True)
+
+
+@pytest.mark.benchmark(group="read-bodies-small")
+def test_small_read_bodies_1_thread(benchmark, small):
+    _run(benchmark, _read_bodies, small, rounds=3)
+
+
+# --- random read_body ---------------------------------------------------------------------
+
+def _keys(db: Path, working_blocks: int | None) -> list[tuple[str, str, str]]:
+    with Ledger(db) as ledger:
+        idx = ledger.index()
+    rng = random.Random(12)
+    pool = list(range(len(idx)))
+    if working_blocks is not None:
+        chosen = set(rng.sample(sorted(set(idx.block_offset.tolist())), working_blocks))
+        pool = [i for i in pool if int(idx.block_offset[i]) in chosen]
+    return [idx.key(rng.choice(pool)) for _ in range(READS)]  # type: ignore[misc]
+
+
+def _random_reads(db: Path, keys: list[tuple[str, str, str]], cache: int) -> int:
+    with Ledger(db, block_cache_bytes=cache) as ledger:
+        return sum(len(ledger.read_body(*k)) for k in keys)
+
+
+def _run_reads(benchmark, db, working_blocks, cache, baseline=False):
+    keys = _keys(db, working_blocks)
+    if baseline:
+        benchmark.extra_info["baseline"] = True
+    total = benchmark.pedantic(_random_reads, args=(db, keys, cache), rounds=1, iterations=1, warmup_rounds=0)
+    assert total > 0
+
+
+@pytest.mark.benchmark(group="read-body-random")
+def test_random_today_one_cursor(benchmark, large):
+    _run_reads(benchmark, large, None, 0, baseline=True)
+
+
+@pytest.mark.benchmark(group="read-body-random")
+def test_random_block_cache(benchmark, large):
+    _run_reads(benchmark, large, None, 32 << 20)
+
+
+@pytest.mark.benchmark(group="read-body-working-set")
+def test_working_set_today_one_cursor(benchmark, large):
+    _run_reads(benchmark, large, 8, 0, baseline=True)
+
+
+@pytest.mark.benchmark(group="read-body-working-set")
+def test_working_set_block_cache(benchmark, large):
+    _run_reads(benchmark, large, 8, 32 << 20)
+
+
+# --- peak memory --------------------------------------------------------------------------
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child of this (large)
+# pytest process would report the parent's peak.
+_RSS_CHILD = """
+import json, sys
+from capsem_core.ledger import Ledger
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+db, max_bytes = sys.argv[1], int(sys.argv[2])
+with Ledger(db) as ledger:
+    idx = ledger.index(threads=1)
+    index_rss = hwm()
+    total = 0
+    for batch in ledger.body_batches(index=idx, max_bytes=max_bytes, threads=1):
+        total += batch.nbytes
+        del batch
+print(json.dumps({"index_kib": index_rss, "peak_kib": hwm(), "body_bytes": total}))
+"""
+
+
+def test_peak_rss_of_batches_is_bounded_by_max_bytes(small):
+    for max_bytes in (16 << 20, 64 << 20, 256 << 20):
+        done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(small), str(max_bytes)], capture_output=True,
+                              text=True, timeout=1800, check=True)
+        got = json.loads(done.stdout)
+        print(f"\nbody_batches(max_bytes={max_bytes >> 20} MiB) over {got['body_bytes'] / 2**20:.0f} MiB of bodies: "
+              f"peak RSS {got['peak_kib'] / 1024:.0f} MiB, of which {got['index_kib'] / 1024:.0f} MiB before the "
+              f"first batch (interpreter + index)")

@@ -1,0 +1,207 @@
+"""The bulk read: which bodies (a selection), in what batches, read by the verify kernel.
+
+A selection (everything, one table, a list of (event_id, source_table, direction) keys, or
+positions into a BodyIndex) resolves to sorted positions with numpy over the index arrays;
+``plan_batches`` cuts them into runs of at most ``max_bytes`` body bytes, at block
+boundaries where it can; ``read_batch`` hands one run to the native kernel, which inflates
+each segment once, verifies every body and copies each verified body to its precomputed
+slot of one buffer. What the caller asked for decides what damage does: ``raise`` (the
+first failure's exception), ``skip`` (left out, listed in ``findings``) or ``report``
+(kept in place, empty, ``ok`` False, listed).
+"""
+
+from __future__ import annotations
+
+import mmap
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from capsem_core import verify
+from capsem_core._native import _archive, _errors
+from capsem_core.bodies.batch import BodyBatch
+from capsem_core.bodies.body_index import BodyIndex
+from capsem_core.bodies.columns import Positions
+from capsem_core.errors import LedgerError
+from capsem_core.format import MAX_BLOCK_RAW_BYTES
+
+Errors = Literal["raise", "skip", "report"]
+ERRORS: tuple[str, ...] = ("raise", "skip", "report")
+Key = tuple[str, str, str]
+Selection = None | str | Sequence[Key] | Sequence[int] | npt.NDArray[np.integer[Any]]
+
+# Bodies past this many bytes in one batch start the next one (body_batches' default).
+DEFAULT_BATCH_BYTES = 64 << 20
+_KEY_LOOKUP = ("SELECT id FROM event_body_blobs WHERE event_id = ? AND source_table = ? AND direction = ?")
+
+
+# Buffers this large are mapped with MAP_POPULATE: the kernel fills the page tables in one
+# call, instead of one fault per page as the copy first touches it (and no transparent-huge
+# -page compaction stalls, which numpy's madvise invites for large arrays).
+_POPULATE_MIN = 1 << 20
+
+
+def new_buffer(size: int) -> npt.NDArray[np.uint8]:
+    """A writable uint8 buffer of ``size`` bytes for a batch (its contents undefined)."""
+    if size < _POPULATE_MIN or not hasattr(mmap, "MAP_POPULATE"):
+        return np.empty(size, np.uint8)
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    return np.frombuffer(region, np.uint8)
+
+
+def check_errors(errors: str) -> None:
+    if errors not in ERRORS:
+        raise ValueError(f"errors is one of {', '.join(ERRORS)}, not {errors!r}")
+
+
+def resolve(selection: Selection, idx: BodyIndex, conn: sqlite3.Connection, db_path: Path) -> Positions:
+    """Sorted, distinct positions into ``idx`` of the bodies ``selection`` names.
+
+    None: every body; a str: every body of that source_table; an integer array or a list
+    of ints: those positions (IndexError outside the index); a list of (event_id,
+    source_table, direction) keys: those bodies, looked up through ``conn`` (in the read
+    transaction the index was scanned in) - KeyError for a key the index does not hold."""
+    n = len(idx)
+    if selection is None:
+        return np.arange(n, dtype=np.intp)
+    if isinstance(selection, str):
+        return np.flatnonzero(idx.source_table.equals(selection))
+    if isinstance(selection, np.ndarray) or (isinstance(selection, Sequence) and len(selection)
+                                              and not isinstance(selection[0], tuple)):
+        pos = np.asarray(selection)
+        if pos.dtype == np.bool_ or not np.issubdtype(pos.dtype, np.integer):
+            raise TypeError("positions are integers (use index[mask] for a mask)")
+        pos = pos.astype(np.intp, copy=False).reshape(-1)
+        if pos.shape[0] and (pos.min() < 0 or pos.max() >= n):
+            raise IndexError(f"a position is outside the {n}-row body index")
+        return np.unique(pos)
+    if isinstance(selection, Sequence):
+        return _key_positions(selection, idx, conn, db_path)  # type: ignore[arg-type]
+    raise TypeError(f"a body selection is None, a table name, keys or positions, not {type(selection).__name__}")
+
+
+def _key_positions(keys: Sequence[Key], idx: BodyIndex, conn: sqlite3.Connection, db_path: Path) -> Positions:
+    ids = np.empty(len(keys), np.int64)
+    try:
+        for k, key in enumerate(keys):
+            if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(p, str) for p in key)):
+                raise TypeError("a body key is (event_id, source_table, direction), three strings")
+            row = conn.execute(_KEY_LOOKUP, key).fetchone()
+            if row is None or type(row[0]) is not int:
+                raise KeyError(key)
+            ids[k] = row[0]
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"query failed: {exc}", db_path) from None
+    order = np.argsort(idx.id, kind="stable")
+    at = np.searchsorted(idx.id, ids, sorter=order)
+    at = np.minimum(at, max(len(idx) - 1, 0))
+    pos = order[at] if len(idx) else np.zeros(0, np.intp)
+    missing = np.flatnonzero(idx.id[pos] != ids) if len(idx) else np.arange(len(keys))
+    if missing.shape[0]:
+        raise KeyError(keys[int(missing[0])])
+    return np.unique(pos.astype(np.intp))
+
+
+def slot_lengths(idx: BodyIndex, positions: Positions) -> npt.NDArray[np.int64]:
+    """Bytes each chosen body takes in a batch: its length, 0 for a row that names no body
+    (a span out of any block's bounds, or a non-integer column)."""
+    lens = idx.body_len[positions]
+    bad = (lens < 0) | (lens > MAX_BLOCK_RAW_BYTES) | ~idx.row_ok[positions]
+    return np.where(bad, 0, lens)
+
+
+def plan_batches(idx: BodyIndex, positions: Positions, max_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) runs of ``positions`` holding at most max_bytes body bytes each, cut at a
+    block boundary when the run holds one (so a block is inflated once); a body larger than
+    max_bytes is a batch of its own."""
+    if max_bytes < 1:
+        raise ValueError("max_bytes is at least 1")
+    n = positions.shape[0]
+    if n == 0:
+        return []
+    cum = np.cumsum(slot_lengths(idx, positions))
+    blk = idx.block_offset[positions]
+    runs = []
+    start = 0
+    while start < n:
+        before = int(cum[start - 1]) if start else 0
+        end = int(np.searchsorted(cum, before + max_bytes, side="right"))
+        end = max(end, start + 1)
+        if end < n and blk[end] == blk[end - 1]:
+            first = int(np.searchsorted(blk, blk[end], side="left"))
+            if first > start:
+                end = first
+        runs.append((start, end))
+        start = end
+    return runs
+
+
+def _index_fault(idx: BodyIndex, i: int) -> verify.BodyFault:
+    event_id, table, direction = idx.key(i)
+    text = "a non-integer span or a non-text body_hash: the row names no body"
+    return verify.BodyFault(int(idx.id[i]), event_id, table, direction, int(idx.block_offset[i]),
+                            int(idx.body_offset[i]), int(idx.body_len[i]), None, "index",
+                            f"{event_id} {table}/{direction}: event_body_blobs row {text}")
+
+
+def fault_error(fault: verify.BodyFault, db_path: Path, bodies_path: Path) -> LedgerError:
+    """The exception ``read_body`` raises for the damage a fault names (its class from the
+    status table's kind), worded as the fault is."""
+    if fault.kind == "index":
+        return LedgerError(fault.message, db_path)
+    for status in _errors.STATUSES:
+        if status.kind == fault.kind and status.exception:
+            cls = _errors.exception_class(status.code)
+            if isinstance(cls, type) and issubclass(cls, LedgerError):
+                return cls(fault.message, bodies_path)
+    return LedgerError(fault.message, bodies_path)
+
+
+def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, errors: Errors, threads: int,
+               db_path: Path, bodies_path: Path, conn: sqlite3.Connection) -> BodyBatch:
+    """The bodies at ``positions`` (sorted) read by the kernel into one buffer; ``reader``
+    is busy (its map used) meanwhile. Damage as ``errors`` says (see the module)."""
+    # Every row, in order (the common case): the index itself, no copy of its arrays.
+    whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
+    rows = idx if whole else idx.take(positions)
+    lens = slot_lengths(idx, positions)
+    offsets = np.zeros(len(rows), np.int64)
+    if len(rows) > 1:
+        np.cumsum(lens[:-1], out=offsets[1:])
+    buffer = new_buffer(int(lens.sum()))
+    named = np.flatnonzero(rows.row_ok)
+    failed = np.flatnonzero(~rows.row_ok)
+    findings = [_index_fault(rows, int(i)) for i in failed]
+    if named.shape[0]:
+        kernel_rows = rows.kernel_rows()
+        if named.shape[0] != len(rows):
+            kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
+        outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, threads, None, True,
+                                              out=buffer, out_offset=offsets[named])
+        bad = np.flatnonzero(outcome.status)
+        if bad.shape[0]:
+            findings += verify.findings_of(outcome, kernel_rows, db_path, conn)
+            failed = np.union1d(failed, named[bad])
+    if failed.shape[0] and errors == "raise":
+        first = min(findings, key=lambda f: (f.block_offset, f.body_offset, f.row_id))
+        raise fault_error(first, db_path, bodies_path)
+    findings.sort(key=lambda f: (f.block_offset, f.body_offset, f.row_id))
+    ok = np.ones(len(rows), np.bool_)
+    if failed.shape[0]:
+        for i in failed.tolist():  # only the damaged: their slots never show unverified bytes
+            buffer[offsets[i]:offsets[i] + lens[i]] = 0
+        ok[failed] = False
+        if errors == "skip":
+            keep = np.flatnonzero(ok)
+            rows, offsets, lens, ok = rows.take(keep), offsets[keep], lens[keep], ok[keep]
+        else:
+            lens = np.where(ok, lens, 0)
+    return BodyBatch(buffer, offsets, lens, rows, ok, findings)
+
+
+__all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "Errors", "Selection", "check_errors", "fault_error", "plan_batches",
+           "read_batch", "resolve", "slot_lengths"]

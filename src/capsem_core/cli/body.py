@@ -1,0 +1,90 @@
+"""``capsem-ledger body EVENT_ID``: one verified body's exact bytes.
+
+To a file with ``-o`` (written whole, then renamed into place), to stdout when it is not a
+terminal (the exact bytes), and on a terminal only a text body, shown sanitized (a binary
+one is refused: it could drive the terminal). An event with several bodies and no
+``--table`` / ``--direction`` to choose one gets them listed instead, on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from capsem_core.check.opening import refuse_symlinks
+from capsem_core.cli.arguments import add_ledger_target, ledger_target
+from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
+from capsem_core.errors import LedgerError
+from capsem_core.ledger import Ledger
+from capsem_core.paths import open_output_dir, refuse_symlink, write_file_at
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("event_id", metavar="EVENT_ID", help="the event whose body to write")
+    add_ledger_target(parser)
+    parser.add_argument("--table", metavar="T", help="the body's source table (when the event has several bodies)")
+    parser.add_argument("--direction", metavar="D", help="the body's direction: request, response, stdout, ...")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write the bytes to FILE (replaced whole, never written through a link)")
+
+
+def text_for_terminal(data: bytes) -> str | None:
+    """The body as lines a terminal may show (each sanitized), or None when it is binary
+    (not UTF-8, or holding NUL bytes)."""
+    if b"\0" in data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return "\n".join(sanitize(line) for line in text.split("\n"))
+
+
+def _write_output(path: Path, data: bytes) -> None:
+    refuse_symlink(path, "output file")
+    directory = open_output_dir(path.parent if str(path.parent) else Path("."))
+    try:
+        write_file_at(directory, path.name, data)
+    finally:
+        os.close(directory)
+
+
+def run(args: argparse.Namespace) -> int:
+    db_path = ledger_target(args)
+    refuse_symlinks(db_path, archive=True)
+    with Ledger(db_path, block_cache_bytes=0) as ledger:
+        matches = [m for m in ledger.bodies_of(args.event_id)
+                   if (args.table is None or m[0] == args.table) and (args.direction is None or m[1] == args.direction)]
+        if not matches:
+            wanted = "/".join(x for x in (args.table, args.direction) if x)
+            raise LedgerError(f"no body for event {sanitize(args.event_id)}" + (f" ({sanitize(wanted)})" if wanted
+                                                                                else ""), db_path)
+        if len(matches) > 1:
+            s = Style(colour_wanted(sys.stderr))
+            out = [f"event {sanitize(args.event_id)} has {len(matches)} bodies: choose one with --table and --direction"]
+            render_table(out, s, ["table", "direction", "content_type", "bytes"],
+                         [[sanitize(t), sanitize(d), sanitize(c), n] for t, d, c, n in matches])
+            print("\n".join(out), file=sys.stderr)
+            return 1
+        table, direction, content_type, _ = matches[0]
+        data = ledger.read_body(args.event_id, table, direction)
+    if args.output is not None:
+        _write_output(args.output, data)
+        return 0
+    if not sys.stdout.isatty():
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return 0
+    text = text_for_terminal(data)
+    if text is None:
+        raise LedgerError(f"event {sanitize(args.event_id)} {sanitize(table)}/{sanitize(direction)} is a binary body "
+                          f"({len(data)} bytes, {sanitize(content_type) or 'no content type'}): not written to a "
+                          "terminal; use -o FILE or redirect stdout")
+    sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    return 0
+
+
+__all__ = ["add_arguments", "run", "text_for_terminal"]
