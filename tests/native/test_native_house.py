@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "src" / "capsem_core" / "_native"
-SOURCES = sorted(p for p in NATIVE.rglob("*") if p.suffix in {".pyx", ".pxd", ".c", ".h"})
+SOURCES = sorted(p for p in NATIVE.rglob("*") if p.suffix in {".pyx", ".pxi", ".pxd", ".c", ".h"})
 
 
 def test_the_native_tree_is_grouped_by_concept():
@@ -43,7 +43,7 @@ def test_cmake_lists_every_native_source_and_globs_none():
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert "file(GLOB" not in cmake.upper().replace(" ", "")
     for p in SOURCES:
-        if p.suffix in {".c", ".pyx"}:
+        if p.suffix in {".c", ".pyx", ".pxi"}:
             assert p.name in cmake, f"{p.relative_to(ROOT)} is not listed in CMakeLists.txt"
 
 
