@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from capsem_core import db, index, schema
+from capsem_core import pair as _pair
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.bodies import read as _bulk
@@ -27,19 +28,16 @@ from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex, scan_index
 from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
 from capsem_core.check.subset import Subset
-from capsem_core.errors import LedgerError, WriterBusy
+from capsem_core.errors import LedgerError
 from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
 from capsem_core.format import FILE_HEADER_BYTES
 from capsem_core.paths import (
     SESSION_BODIES,
     SESSION_DB,
-    WRITER_LOCK_SUFFIX,
     ledger_paths,
     require_regular_file,
 )
 
-SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
-_COPY_CHUNK = 1 << 20
 # read_body's cache of inflated blocks: a few dozen blocks of the usual 1-3 MiB.
 DEFAULT_BLOCK_CACHE_BYTES = 32 << 20
 # bodies() reads in batches this large: the memory it holds, whatever the ledger's size.
@@ -408,38 +406,9 @@ class Ledger:
         session.bodies is shorter than its index commits, or this ledger is closed.
         """
         self._live()
-        dest = Path(destination)
-        dest_db, dest_bodies = dest / SESSION_DB, dest / SESSION_BODIES
-        dest.mkdir(parents=True, exist_ok=True)
-        for p in (dest_db, dest_bodies):
-            if os.path.lexists(p):
-                raise LedgerError("refusing to overwrite an existing ledger file", p)
-        tmp_db = dest / f".{SESSION_DB}.copy-{os.getpid()}"
-        tmp_bodies = dest / f".{SESSION_BODIES}.copy-{os.getpid()}"
-        try:
-            out = db.connect_readwrite(tmp_db, create=True, isolation_level="DEFERRED")
-            try:
-                with self._lock:
-                    self._conn.backup(out)
-                out.execute("PRAGMA journal_mode = DELETE")
-                problems = [r[0] for r in out.execute("PRAGMA quick_check").fetchall()]
-                if problems != ["ok"]:
-                    raise LedgerError("copied session.db fails quick_check: " + "; ".join(problems[:5]), self.db_path)
-                (extent,) = out.execute("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks").fetchone()
-            finally:
-                out.close()
-            extent = max(int(extent), FILE_HEADER_BYTES)
-            _copy_prefix(self.bodies_path, tmp_bodies, extent)
-            _fsync_path(tmp_db)
-            os.replace(tmp_db, dest_db)
-            os.replace(tmp_bodies, dest_bodies)
-            _fsync_path(dest, directory=True)
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"copy failed: {exc}", self.db_path) from None
-        finally:
-            for p in (tmp_db, tmp_bodies):
-                p.unlink(missing_ok=True)
-        return Ledger(dest)
+        with self._lock:
+            _pair.copy_pair(self._conn, self.db_path, self.bodies_path, Path(destination))
+        return Ledger(destination)
 
     def fork(self, destination: os.PathLike[str] | str) -> Ledger:
         """A copy meant to live on as its own session: a new writer may append to it.
@@ -454,65 +423,7 @@ class Ledger:
         (it needs only the directory); close it first, or the open handles keep the deleted
         files' space in use until they are released.
         """
-        delete_ledger(self.directory)
-
-
-def _copy_prefix(src: Path, dst: Path, length: int) -> None:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(src, flags)
-    try:
-        size = os.fstat(fd).st_size
-        if size < length:
-            raise LedgerError(f"session.bodies is {size} bytes but its index commits {length}", src)
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            remaining = length
-            while remaining:
-                chunk = os.read(fd, min(_COPY_CHUNK, remaining))
-                if not chunk:
-                    raise LedgerError("session.bodies shrank while it was copied", src)
-                os.write(out, chunk)
-                remaining -= len(chunk)
-            os.fsync(out)
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-
-
-def _fsync_path(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def delete_ledger(directory: os.PathLike[str] | str) -> None:
-    """Delete session.db, session.bodies and the SQLite / writer sidecars as one unit."""
-    import fcntl
-
-    d = Path(directory)
-    db_path = d / SESSION_DB
-    lock_path = Path(str(db_path) + "-writer.lock")
-    lock_fd = None
-    if lock_path.exists():
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise WriterBusy("ledger has a writer; it cannot be deleted while it is written", db_path) from None
-    try:
-        for p in (d / SESSION_BODIES, db_path, *(Path(str(db_path) + s) for s in SIDECAR_SUFFIXES)):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-        _fsync_path(d, directory=True)
-    finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
+        _pair.delete_ledger(self.directory)
 
 
 def copy_ledger(source: os.PathLike[str] | str, destination: os.PathLike[str] | str) -> Path:
@@ -521,5 +432,7 @@ def copy_ledger(source: os.PathLike[str] | str, destination: os.PathLike[str] | 
         ledger.copy_to(destination).close()
     return Path(destination)
 
+
+delete_ledger = _pair.delete_ledger
 
 __all__ = ["BodyRecord", "Ledger", "copy_ledger", "delete_ledger", "ledger_paths"]
