@@ -23,7 +23,7 @@ from capsem_core._native import _blake3
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "blake3_test_vectors.json"  # the official BLAKE3 vectors
 LEVELS = _blake3.available_levels()
 # Every level the module knows, by number.
-ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2"]
+ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2", "neon"]
 
 
 def vector_input(length: int) -> bytes:

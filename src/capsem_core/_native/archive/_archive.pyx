@@ -34,10 +34,11 @@ if capsem_guard_install() != 0:
     raise ImportError("capsem_core._native._archive could not install its SIGBUS guard")
 
 # The format, as the C headers define it (the Python format module reads these).
-FILE_MAGIC = CAPSEM_FILE_MAGIC[:8]
-BLOCK_MAGIC = CAPSEM_BLOCK_MAGIC[:4]
-SEGMENT_MAGIC = CAPSEM_SEGMENT_MAGIC[:4]
-SYNC_FLUSH_TAIL = CAPSEM_SYNC_FLUSH_TAIL[:4]
+# (The casts keep clang from reading the generated `"..." + 0` as a string concatenation.)
+FILE_MAGIC = (<const char *>CAPSEM_FILE_MAGIC)[:8]
+BLOCK_MAGIC = (<const char *>CAPSEM_BLOCK_MAGIC)[:4]
+SEGMENT_MAGIC = (<const char *>CAPSEM_SEGMENT_MAGIC)[:4]
+SYNC_FLUSH_TAIL = (<const char *>CAPSEM_SYNC_FLUSH_TAIL)[:4]
 FORMAT_VERSION = CAPSEM_FORMAT_VERSION
 FILE_HEADER_BYTES = CAPSEM_FILE_HEADER_BYTES
 BLOCK_HEADER_BYTES = CAPSEM_BLOCK_HEADER_BYTES
@@ -108,7 +109,7 @@ ArchiveFault.__doc__ = ("One archive error of the verify kernel: its status-tabl
 
 cdef object _detail(const capsem_error *e):
     """The C detail text, or None when there is none."""
-    return e.detail.decode("utf-8", "replace") if e.detail[0] else None
+    return (<const char *>e.detail).decode("utf-8", "replace") if e.detail[0] else None
 
 
 cdef object _fault(const capsem_error *e):
@@ -395,7 +396,7 @@ cdef class _VerifyArrays:
             raise ValueError("body arrays differ in length")
         if k_blk.shape[0] != k_disk.shape[0]:
             raise ValueError("block arrays differ in length")
-        if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:-1]):
+        if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:k_blk.shape[0] - 1]):
             order = np.argsort(k_blk, kind="stable")
             k_blk = k_blk[order]; k_disk = k_disk[order]
         self.k_blk = k_blk; self.k_disk = k_disk

@@ -10,6 +10,7 @@
  * caller arrays at fixed indices, so results do not depend on the number of threads. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,8 +18,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <libdeflate.h>
+
 #include "archive_guard.h"
-#include "codec_abi.h"
 
 #include "archive_verify.h"
 #include "blake3.h"
