@@ -29,9 +29,10 @@ from capsem_core._native import _errors
 
 cnp.import_array()
 
-# Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath).
+# Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath;
+# macOS may raise SIGSEGV inside the map for it, which the guard takes too).
 if capsem_guard_install() != 0:
-    raise ImportError("capsem_core._native._archive could not install its SIGBUS guard")
+    raise ImportError("capsem_core._native._archive could not install its SIGBUS/SIGSEGV guard")
 
 # The format, as the C headers define it (the Python format module reads these).
 # (The casts keep clang from reading the generated `"..." + 0` as a string concatenation.)
