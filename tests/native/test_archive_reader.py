@@ -536,3 +536,43 @@ def test_a_file_cut_short_under_the_map_is_a_clear_error_not_a_crash(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.returncode, run.stdout[-2000:], run.stderr[-2000:])
     assert run.stdout.startswith("ok")
+
+
+_FOREIGN_SEGFAULT = """
+import ctypes, ctypes.util, signal
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+def handler(sig):
+    # struct sigaction begins with its handler (glibc and macOS alike); 0 is SIG_DFL.
+    old = ctypes.create_string_buffer(512)
+    assert libc.sigaction(int(sig), None, old) == 0
+    return ctypes.c_void_p.from_buffer(old).value or 0
+
+before = handler(signal.SIGSEGV), handler(signal.SIGBUS)
+import capsem_core._native._archive
+after = handler(signal.SIGSEGV), handler(signal.SIGBUS)
+print("handlers", before == (0, 0), after[0] != 0 and after[0] == after[1], flush=True)
+ctypes.string_at(1, 1)  # a wild read, far from any map: a bug, which must still crash
+print("survived", flush=True)
+"""
+
+
+@pytest.mark.parametrize("faulthandler", [False, True])
+def test_a_segfault_that_is_no_read_of_the_map_still_kills_the_process(faulthandler: bool) -> None:
+    """The guard takes SIGSEGV too (macOS may raise it for a shrunken map), but only inside the
+    map it guards: any other segfault still ends the process, through the handler before ours."""
+    import signal
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    flags = ["-X", "faulthandler"] if faulthandler else []
+    run = subprocess.run([sys.executable, *flags, "-c", _FOREIGN_SEGFAULT], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stdout, run.stderr[-2000:])
+    assert "survived" not in run.stdout
+    if faulthandler:
+        assert "Segmentation fault" in run.stderr  # the earlier handler ran
+    else:
+        # Both signals went from the default to the guard's one handler when _archive loaded.
+        assert run.stdout.startswith("handlers True True"), run.stdout

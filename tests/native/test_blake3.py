@@ -1,11 +1,13 @@
 """BLAKE3 in C (capsem_core._native._blake3): official vectors at every SIMD level, agreement with the
 blake3 package (oracle only) on every length up to 70,000 bytes at every level, SIMD against
 portable on mixed slices, and the bounds hash_many enforces before it hashes. The avx512
-level's code runs here as "avx512-on-avx2" wherever the CPU has AVX2."""
+level's code runs here as "avx512-on-avx2" wherever the CPU has AVX2; the neon level runs on
+arm64 (scripts/test-arm64 runs this file in an arm64 root under qemu)."""
 
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -23,7 +25,9 @@ from capsem_core._native import _blake3
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "blake3_test_vectors.json"  # the official BLAKE3 vectors
 LEVELS = _blake3.available_levels()
 # Every level the module knows, by number.
-ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2"]
+ALL_LEVELS = ["portable", "sse41", "avx2", "avx512", "avx512-on-avx2", "neon"]
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 
 
 def vector_input(length: int) -> bytes:
@@ -77,6 +81,15 @@ def test_the_avx512_code_runs_on_every_avx2_cpu_and_is_never_chosen_by_itself() 
     assert _blake3.best_level() in ("avx2", "avx512")
     assert ("avx512" in LEVELS) == (_blake3.best_level() == "avx512")
 
+
+def test_neon_is_the_level_of_every_arm64_cpu_and_of_no_other() -> None:
+    if ARM64:
+        assert LEVELS == ["portable", "neon"]
+        assert _blake3.best_level() == "neon"
+    else:
+        assert "neon" not in LEVELS
+        with pytest.raises(ValueError, match="this CPU cannot run BLAKE3 SIMD level 'neon'"):
+            _blake3.set_simd_level("neon")
 
 
 def test_every_official_vector_matches_in_hash_mode_with_full_extended_output(vectors: dict, level: str) -> None:
@@ -268,6 +281,7 @@ def test_extended_output_refuses_bad_lengths_and_keys() -> None:
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+@pytest.mark.skipif(not X86_64, reason="the x86 levels are built for x86-64 targets only")
 def test_the_avx512_level_is_built_from_avx512_instructions() -> None:
     # The level's C is tested bit for bit as avx512-on-avx2; what only AVX-512 CPUs run is the
     # compiler's instruction selection for it: zmm registers and vprord for the rotations.
@@ -275,3 +289,12 @@ def test_the_avx512_level_is_built_from_avx512_instructions() -> None:
     # At least the 32 rotations of one round's eight G functions (optimised builds unroll all
     # seven rounds, several times over; scripts/sanitize builds at -O1 and unrolls less).
     assert sum("vprord" in line and "zmm" in line for line in listing.splitlines()) >= 8 * 4
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+@pytest.mark.skipif(not ARM64, reason="the neon level is built for arm64 targets only")
+def test_the_neon_level_is_built_from_neon_instructions() -> None:
+    # Rotations by 12, 8 and 7 are a shift left and a shift-right-and-insert (sri) on four
+    # 32-bit lanes: at least one round's eight G functions' worth of them.
+    listing = subprocess.run(["objdump", "-d", _blake3.__file__], check=True, capture_output=True, text=True).stdout
+    assert sum("\tsri\t" in line and ".4s" in line for line in listing.splitlines()) >= 8 * 3

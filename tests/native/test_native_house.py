@@ -1,6 +1,7 @@
 """What native code may depend on: nothing from the Python layer (no capsem_core.* but
-capsem_core._native.*), no SQL of its own through the sqlite3 module; every native source
-listed in CMakeLists.txt (no glob); SIMD flags only for x86-64 targets."""
+capsem_core._native.*), no SQL of its own through the sqlite3 module, the codecs through their
+own headers; every native source listed in CMakeLists.txt (no glob); x86 SIMD flags only for
+x86-64 targets, the NEON level only for arm64 ones."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def test_the_native_tree_is_grouped_by_concept():
     for want in ("archive/_archive.pyx", "archive/archive_reader.c", "archive/archive_verify.c",
                  "index/_index.pyx", "index/index_scan.c", "blake3/_blake3.pyx", "blake3/blake3_dispatch.c",
                  "blake3/x86/blake3_avx2.c", "blake3/x86/blake3_avx512.c", "blake3/x86/blake3_sse41.c",
-                 "common/_errors.pyx", "common/status.c", "common/status.h", "common/codec_abi.h",
+                 "blake3/x86/blake3_rows.h", "blake3/x86/blake3_x16.h", "blake3/arm/blake3_neon.c",
+                 "common/_errors.pyx", "common/status.c", "common/status.h",
                  "common/map_guard.c", "pages/_pages.pyx", "pages/page_map.c"):
         assert want in names, want
     assert not (ROOT / "cext").exists()
@@ -61,6 +63,35 @@ def test_simd_flags_are_only_set_for_x86_64_targets():
     first_guard = dispatch.index("#if defined(CAPSEM_HAVE_X86_SIMD)")
     assert dispatch.index("__builtin_cpu_init") > dispatch.index("defined(CAPSEM_HAVE_X86_SIMD) &&")
     assert dispatch.index("&capsem_blake3_sse41_kernels") > first_guard
+
+
+def test_the_neon_level_is_built_and_offered_only_for_arm64_targets():
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert re.search(r'elseif\(CAPSEM_TARGET_ARCH MATCHES "\^\(aarch64\|arm64\|ARM64\)\$"\)\n  set\(CAPSEM_NEON_SIMD ON\)', cmake)
+    spot = cmake.index("arm/blake3_neon.c")
+    guard = cmake.rindex("if(CAPSEM_NEON_SIMD)", 0, spot)
+    assert cmake.index("endif()", guard) > spot
+    dispatch = (NATIVE / "blake3" / "blake3_dispatch.c").read_text()
+    neon_guard = dispatch.index("#if defined(CAPSEM_HAVE_NEON_SIMD)")
+    assert neon_guard < dispatch.index("&capsem_blake3_neon_kernels") < dispatch.index("#endif", neon_guard)
+    # The lanes shared by every level name no instruction set; each level brings its own.
+    lanes = (NATIVE / "blake3" / "blake3_lanes.h").read_text()
+    assert "immintrin" not in lanes and "arm_neon" not in lanes and "_mm_" not in lanes
+
+
+def test_the_codecs_are_built_against_their_own_headers():
+    reader = (NATIVE / "archive" / "archive_reader.c").read_text()
+    verify = (NATIVE / "archive" / "archive_verify.c").read_text()
+    assert "#include <zstd.h>" in reader and "#include <libdeflate.h>" in verify
+    # No native source declares a codec entry point of its own.
+    declared = re.compile(r"^\s*(?:size_t|unsigned|ZSTD_DCtx\s*\*|enum libdeflate_result|struct libdeflate_decompressor\s*\*)"
+                          r"\s*(?:ZSTD_|libdeflate_)\w+\s*\(", re.M)
+    offenders = [p.relative_to(ROOT).as_posix() for p in SOURCES if declared.search(p.read_text())]
+    assert offenders == [], offenders
+    assert declared.search("size_t ZSTD_freeDCtx(ZSTD_DCtx *dctx);\n")
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert "find_path(ZSTD_INCLUDE_DIR zstd.h)" in cmake and "find_path(DEFLATE_INCLUDE_DIR libdeflate.h)" in cmake
+    assert "libzstd.so.1" not in cmake and "libdeflate.so.0" not in cmake
 
 
 def test_every_extension_module_has_a_stub_and_the_package_is_typed():

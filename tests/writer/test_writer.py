@@ -595,16 +595,39 @@ def test_close_every_flush_closes_each_block(tmp_path):
     assert len(query(tmp_path / "session.db", "SELECT * FROM body_blocks")) == 3
 
 
-def test_the_archive_is_synced_before_the_index_commits(tmp_path, monkeypatch):
-    steps: list[str] = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (steps.append("sync"), real_fdatasync(fd))[1])
-    w = LedgerWriter(tmp_path)
+def _flush_one_body(directory: Path, steps: list[str]) -> None:
+    """One body written and flushed, "commit" added to steps when the index commits."""
+    w = LedgerWriter(directory)
     w._conn.set_trace_callback(lambda sql: steps.append("commit") if sql == "COMMIT" else None)
     w.insert("net_events", net_row(1), [Body("request", b"ordered", "http.request")])
     w.flush()
     w.close()
+
+
+def test_the_archive_is_synced_before_the_index_commits(tmp_path, monkeypatch):
+    steps: list[str] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (steps.append("sync"), real_fdatasync(fd))[1])
+    _flush_one_body(tmp_path, steps)
     assert steps[:2] == ["sync", "commit"]
+
+
+def test_where_the_system_has_no_fdatasync_the_archive_is_still_synced_before_the_index_commits(tmp_path, monkeypatch):
+    # macOS has no os.fdatasync: the writer takes F_FULLFSYNC there, plain fsync elsewhere.
+    import fcntl
+
+    steps: list[str] = []
+    monkeypatch.delattr(os, "fdatasync")
+    if hasattr(fcntl, "F_FULLFSYNC"):
+        real_fcntl = fcntl.fcntl
+        monkeypatch.setattr(fcntl, "fcntl", lambda fd, op, *a: (
+            steps.append("sync") if op == fcntl.F_FULLFSYNC else None, real_fcntl(fd, op, *a))[1])
+    else:
+        real_fsync = os.fsync
+        monkeypatch.setattr(os, "fsync", lambda fd: (steps.append("sync"), real_fsync(fd))[1])
+    _flush_one_body(tmp_path, steps)
+    assert steps[:2] == ["sync", "commit"]
+    assert len(query(tmp_path / "session.db", "SELECT * FROM body_blocks")) == 1
 
 
 class _FailingCommit:

@@ -30,15 +30,17 @@ from capsem_core._native import _errors
 
 cnp.import_array()
 
-# Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath).
+# Reads of the session.bodies map are guarded against SIGBUS (a file cut short underneath;
+# macOS may raise SIGSEGV inside the map for it, which the guard takes too).
 if capsem_guard_install() != 0:
-    raise ImportError("capsem_core._native._archive could not install its SIGBUS guard")
+    raise ImportError("capsem_core._native._archive could not install its SIGBUS/SIGSEGV guard")
 
 # The format, as the C headers define it (the Python format module reads these).
-FILE_MAGIC = CAPSEM_FILE_MAGIC[:8]
-BLOCK_MAGIC = CAPSEM_BLOCK_MAGIC[:4]
-SEGMENT_MAGIC = CAPSEM_SEGMENT_MAGIC[:4]
-SYNC_FLUSH_TAIL = CAPSEM_SYNC_FLUSH_TAIL[:4]
+# (The casts keep clang from reading the generated `"..." + 0` as a string concatenation.)
+FILE_MAGIC = (<const char *>CAPSEM_FILE_MAGIC)[:8]
+BLOCK_MAGIC = (<const char *>CAPSEM_BLOCK_MAGIC)[:4]
+SEGMENT_MAGIC = (<const char *>CAPSEM_SEGMENT_MAGIC)[:4]
+SYNC_FLUSH_TAIL = (<const char *>CAPSEM_SYNC_FLUSH_TAIL)[:4]
 FORMAT_VERSION = CAPSEM_FORMAT_VERSION
 FILE_HEADER_BYTES = CAPSEM_FILE_HEADER_BYTES
 BLOCK_HEADER_BYTES = CAPSEM_BLOCK_HEADER_BYTES
@@ -109,7 +111,7 @@ ArchiveFault.__doc__ = ("One archive error of the verify kernel: its status-tabl
 
 cdef object _detail(const capsem_error *e):
     """The C detail text, or None when there is none."""
-    return e.detail.decode("utf-8", "replace") if e.detail[0] else None
+    return (<const char *>e.detail).decode("utf-8", "replace") if e.detail[0] else None
 
 
 cdef object _fault(const capsem_error *e):

@@ -1,4 +1,4 @@
-# The archive's C API beyond header parsing: the cursor, the SIGBUS guard, the file map and
+# The archive's C API beyond header parsing: the cursor, the SIGBUS/SIGSEGV guard, the file map and
 # the verify kernel (archive_reader.h, archive_guard.h, archive_file.h, archive_verify.h).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 

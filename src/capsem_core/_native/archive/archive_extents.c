@@ -73,17 +73,18 @@ static void hash_one(capsem_extents_job *job, size_t i) {
         return;
     }
     uint64_t a = (uint64_t)off, b = a + (uint64_t)len;
-    capsem_map_advise(s->base, s->size, a, b, MADV_WILLNEED, 0);
+    capsem_map_advise(s->base, s->size, a, b, ADVICE_WILLNEED, 0);
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         s->status[i] = CAPSEM_EXTENT_SHRANK;
         return;
     }
+    capsem_guard_range(s->base, s->size);
     capsem_guard_armed = 1;
     capsem_blake3_hash(s->base + a, (size_t)(b - a), s->disk_hash + 32 * i);
     int chained = segment_digest(s->base, a, b, s->segments + 32 * i);
     capsem_guard_armed = 0;
     s->status[i] = chained ? CAPSEM_EXTENT_HASHED : CAPSEM_EXTENT_UNCHAINED;
-    capsem_map_advise(s->base, s->size, a, b, MADV_DONTNEED, 1);
+    capsem_map_advise(s->base, s->size, a, b, ADVICE_DONTNEED, 1);
     atomic_fetch_add(&job->bytes_done, b - a);
 }
 

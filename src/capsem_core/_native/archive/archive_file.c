@@ -82,7 +82,9 @@ int capsem_file_replaced(const capsem_archive_file *f, const char *path) {
 }
 
 void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to, int advice, int inner) {
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    if (advice == CAPSEM_ADVICE_NONE) return;
+    long page_size = sysconf(_SC_PAGESIZE);
+    uint64_t page = page_size > 0 ? (uint64_t)page_size : 4096;
     if (to > size) to = size;
     if (from >= to) return;
     uint64_t a = inner ? (from + page - 1) / page * page : from / page * page;

@@ -31,6 +31,26 @@ int capsem_file_refresh(capsem_archive_file *f);
 
 void capsem_file_close(capsem_archive_file *f);
 
+/* madvise advice, where the system defines it: advice only changes speed and resident size,
+ * never what is read, so where one is missing (CAPSEM_ADVICE_NONE) nothing is asked. */
+#include <sys/mman.h>
+#define CAPSEM_ADVICE_NONE (-1)
+#if defined(MADV_WILLNEED)
+#define ADVICE_WILLNEED MADV_WILLNEED
+#else
+#define ADVICE_WILLNEED CAPSEM_ADVICE_NONE
+#endif
+#if defined(MADV_DONTNEED)
+#define ADVICE_DONTNEED MADV_DONTNEED
+#else
+#define ADVICE_DONTNEED CAPSEM_ADVICE_NONE
+#endif
+#if defined(MADV_SEQUENTIAL)
+#define ADVICE_SEQUENTIAL MADV_SEQUENTIAL
+#else
+#define ADVICE_SEQUENTIAL CAPSEM_ADVICE_NONE
+#endif
+
 /* madvise(advice) on the pages of [from, to) within a map of `size` bytes at base: the pages
  * covering it, or with `inner` only the pages wholly inside it (a page shared with a
  * neighbouring extent another thread may be reading is left alone). */

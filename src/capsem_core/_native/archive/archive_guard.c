@@ -1,4 +1,4 @@
-/* SIGBUS guard for reads of the session.bodies map (see archive_guard.h). */
+/* Guarded reads of the session.bodies map (see archive_guard.h and common/map_guard.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +19,7 @@ capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64
         shrank(err, block_offset);
         return CAPSEM_E_TRUNCATED;
     }
+    capsem_guard_range(base, size);
     capsem_guard_armed = 1;
     capsem_status st = capsem_cursor_reach(c, base, size, block_offset, end, err);
     capsem_guard_armed = 0;
@@ -32,6 +33,7 @@ capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uin
         shrank(err, block_offset);
         return CAPSEM_E_TRUNCATED;
     }
+    capsem_guard_range(base, size);
     capsem_guard_armed = 1;
     capsem_status st = capsem_walk_extent(base, size, block_offset, disk_len, out, err, table);
     capsem_guard_armed = 0;

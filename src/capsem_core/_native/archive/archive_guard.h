@@ -1,4 +1,4 @@
-/* The session.bodies reads that run under the SIGBUS guard (common/map_guard.h): a file cut
+/* The session.bodies reads that run under the fault guard (common/map_guard.h): a file cut
  * short under the map is reported as a truncated archive, not a crash. */
 #ifndef CAPSEM_ARCHIVE_GUARD_H
 #define CAPSEM_ARCHIVE_GUARD_H

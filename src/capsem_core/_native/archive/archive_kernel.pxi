@@ -93,7 +93,7 @@ cdef class _VerifyArrays:
             raise ValueError("body arrays differ in length")
         if k_blk.shape[0] != k_disk.shape[0]:
             raise ValueError("block arrays differ in length")
-        if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:-1]):
+        if k_blk.shape[0] > 1 and np.any(k_blk[1:] < k_blk[:k_blk.shape[0] - 1]):
             order = np.argsort(k_blk, kind="stable")
             k_blk = k_blk[order]; k_disk = k_disk[order]
         self.k_blk = k_blk; self.k_disk = k_disk

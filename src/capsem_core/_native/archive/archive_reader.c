@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include <zlib.h>
-#include "codec_abi.h"
+#include <zstd.h>
 
 #include "archive_reader.h"
 #include "blake3.h"

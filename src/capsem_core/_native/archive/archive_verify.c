@@ -10,17 +10,20 @@
  * caller arrays at fixed indices, so results do not depend on the number of threads. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
-#include <sys/random.h>
+#include <sys/types.h>
+#include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
 #include <unistd.h>
+
+#include <libdeflate.h>
 
 #include "archive_file.h"
 #include "archive_guard.h"
 #include "pool_wait.h"
-#include "codec_abi.h"
 
 #include "archive_verify.h"
 #include "blake3.h"
@@ -274,15 +277,16 @@ static void advise(const capsem_verify_spec *s, uint64_t from, uint64_t to, int 
 }
 
 static void will_need(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
-    if (from < to) advise(s, from, to, MADV_WILLNEED, 0);
+    if (from < to) advise(s, from, to, ADVICE_WILLNEED, 0);
 }
 
 /* Unmap the whole pages of [from, to) from this process once a block is done: the page cache
  * keeps them, but the process's resident size stays flat however large the archive. */
 static void drop_pages(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
     /* Only pages wholly inside: a page shared with the next block may be in use by another
-     * worker (dropping it would only cost a re-fault, but there is no need). */
-    if (from < to) advise(s, from, to, MADV_DONTNEED, 1);
+     * worker (dropping it would only cost a re-fault, but there is no need). On macOS the
+     * advice only deactivates the pages; the system reclaims them as it needs. */
+    if (from < to) advise(s, from, to, ADVICE_DONTNEED, 1);
 }
 
 static void verify_run(worker *w, size_t lo, size_t hi) {
@@ -394,7 +398,7 @@ static void verify_run(worker *w, size_t lo, size_t hi) {
     atomic_fetch_add(&job->bodies_done, hi - lo);
 }
 
-/* verify_run with the SIGBUS guard armed: if session.bodies is cut short under the map, the
+/* verify_run with the fault guard armed: if session.bodies is cut short under the map, the
  * run's bodies are reported truncated instead of the process dying. */
 static void verify_run_guarded(worker *w, size_t lo, size_t hi) {
     capsem_verify_job *job = w->job;
@@ -414,6 +418,7 @@ static void verify_run_guarded(worker *w, size_t lo, size_t hi) {
         atomic_fetch_add(&job->bodies_done, hi - lo);
         return;
     }
+    capsem_guard_range(s->base, s->size);
     capsem_guard_armed = 1;
     verify_run(w, lo, hi);
     capsem_guard_armed = 0;
@@ -452,9 +457,9 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     capsem_verify_job *job = calloc(1, sizeof *job);
     if (!job) return NULL;
     job->spec = *spec;
-    if (getrandom(job->end_data, END_DATA, 0) != (ssize_t)END_DATA) job->spec.use_libdeflate = 0;
+    if (getentropy(job->end_data, END_DATA) != 0) job->spec.use_libdeflate = 0;
     /* Blocks are read in file order (by all workers together): read ahead generously. */
-    advise(&job->spec, 0, spec->size, MADV_SEQUENTIAL, 0);
+    advise(&job->spec, 0, spec->size, ADVICE_SEQUENTIAL, 0);
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->cond, NULL);
     size_t n = spec->nbodies, nruns = 0;

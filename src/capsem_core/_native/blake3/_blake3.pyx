@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """BLAKE3 entry points for Python: one-shot digests, extendable output, many bodies in one
-call (hash_many), and the SIMD level (portable / sse41 / avx2 / avx512, chosen at run time)."""
+call (hash_many), and the SIMD level (portable everywhere; sse41 / avx2 / avx512 on x86-64, neon on
+arm64; chosen at run time)."""
 
 import numpy as np
 
@@ -131,8 +132,9 @@ def hash_many(buffer, offsets, lengths):
 
 
 def available_levels():
-    """Names of the SIMD levels this CPU can run: portable .. the best one, slowest first, then
-    "avx512-on-avx2" (the avx512 level's code built for AVX2, for tests) where AVX2 runs."""
+    """Names of the SIMD levels this CPU can run: portable first. On x86-64 then sse41 .. the best
+    one, slowest first, and "avx512-on-avx2" (the avx512 level's code built for AVX2, for tests)
+    where AVX2 runs; on arm64 then "neon"."""
     return [name for i, name in enumerate(_level_names()) if capsem_blake3_level_supported(i)]
 
 
@@ -171,8 +173,8 @@ def _level_number(level):
 
 
 def set_simd_level(level):
-    """Force a SIMD level by name ("portable", "sse41", "avx2", "avx512", "avx512-on-avx2") or
-    number (0 to 4).
+    """Force a SIMD level by name ("portable", "sse41", "avx2", "avx512", "avx512-on-avx2", "neon")
+    or number (0 to 5).
     Refuses (ValueError) a level this CPU lacks. Returns the name of the level now in use."""
     cdef int number = _level_number(level)
     if capsem_blake3_set_level(number) != 0:

@@ -51,12 +51,15 @@ void capsem_blake3_hash_many(const uint8_t *base, const uint64_t *offsets, const
 /* The avx512 level's code compiled for AVX2 (tests): runs wherever AVX2 does, never chosen
  * by the dispatcher itself. */
 #define CAPSEM_BLAKE3_AVX512_ON_AVX2 4
-#define CAPSEM_BLAKE3_LEVELS 5
+/* arm64 only (every AArch64 CPU has NEON). */
+#define CAPSEM_BLAKE3_NEON 5
+#define CAPSEM_BLAKE3_LEVELS 6
 
 /* The level in use. */
 int capsem_blake3_level(void);
-/* The level chosen on first use: the highest of portable .. avx512 this CPU supports that
- * passes capsem_blake3_level_self_check (computed once). */
+/* The level chosen on first use: the fastest this CPU supports that passes
+ * capsem_blake3_level_self_check (neon on arm64; avx512, avx2, sse41 on x86-64, in that
+ * order; else portable), computed once. */
 int capsem_blake3_max_level(void);
 /* 1 if this CPU (and its OS) can run the level, else 0. */
 int capsem_blake3_level_supported(int level);
@@ -67,7 +70,7 @@ int capsem_blake3_level_self_check(int level);
 /* Forces a level (tests and benchmarks). Returns 0, or -1 if the level is unknown or the CPU
  * lacks it (nothing changes then). Calls already running finish on the level they began with. */
 int capsem_blake3_set_level(int level);
-/* "portable", "sse41", "avx2", "avx512", "avx512-on-avx2"; NULL for an unknown level. */
+/* "portable", "sse41", "avx2", "avx512", "avx512-on-avx2", "neon"; NULL for an unknown level. */
 const char *capsem_blake3_level_name(int level);
 
 #endif

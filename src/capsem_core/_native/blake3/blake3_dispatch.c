@@ -1,6 +1,7 @@
 /* BLAKE3 tree and SIMD dispatch: chunk and parent nodes, the chaining-value stack, the
  * one-shot and many-input entry points, and the choice of SIMD level. The levels
- * (blake3_portable.c, blake3_sse41.c, blake3_avx2.c, blake3_avx512.c) only compress;
+ * (blake3_portable.c, x86/blake3_sse41.c, x86/blake3_avx2.c, x86/blake3_avx512.c,
+ * arm/blake3_neon.c) only compress;
  * everything here is shared by all of them, so a level cannot change the tree. */
 #include <string.h>
 
@@ -17,11 +18,11 @@ typedef capsem_blake3_kernels kernels_t;
 
 /* ---- SIMD level -------------------------------------------------------------------- */
 
-/* The SIMD kernels (x86/) are built only for x86-64 targets, where CMake defines
- * CAPSEM_HAVE_X86_SIMD; elsewhere only portable is offered. (An arm/ NEON level would get
- * its own slot and guard here.) The names stay the same on every machine. */
+/* The SIMD kernels are built only for their own targets: x86/ for x86-64, where CMake
+ * defines CAPSEM_HAVE_X86_SIMD, and arm/ for arm64, where it defines CAPSEM_HAVE_NEON_SIMD.
+ * Elsewhere only portable is offered. The names and numbers stay the same on every machine. */
 static const char *const LEVEL_NAMES[CAPSEM_BLAKE3_LEVELS] = {
-    "portable", "sse41", "avx2", "avx512", "avx512-on-avx2",
+    "portable", "sse41", "avx2", "avx512", "avx512-on-avx2", "neon",
 };
 
 static const kernels_t *const LEVEL_KERNELS[CAPSEM_BLAKE3_LEVELS] = {
@@ -34,11 +35,22 @@ static const kernels_t *const LEVEL_KERNELS[CAPSEM_BLAKE3_LEVELS] = {
 #else
     NULL, NULL, NULL, NULL,
 #endif
+#if defined(CAPSEM_HAVE_NEON_SIMD)
+    &capsem_blake3_neon_kernels,
+#else
+    NULL,
+#endif
 };
+
+/* The levels the automatic choice tries, fastest first; portable when none passes. A build
+ * has either the x86 levels or neon, never both. */
+static const int PREFERRED[] = {CAPSEM_BLAKE3_NEON, CAPSEM_BLAKE3_AVX512, CAPSEM_BLAKE3_AVX2, CAPSEM_BLAKE3_SSE41};
 
 static int cpu_has(int level) {
     if (level == CAPSEM_BLAKE3_PORTABLE) return 1;
     if (LEVEL_KERNELS[level] == NULL) return 0;
+    /* Advanced SIMD is mandatory in the AArch64 architecture: every arm64 CPU runs it. */
+    if (level == CAPSEM_BLAKE3_NEON) return 1;
 #if defined(CAPSEM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
     if (level == CAPSEM_BLAKE3_SSE41) return __builtin_cpu_supports("sse4.1");
@@ -426,9 +438,14 @@ int capsem_blake3_max_level(void) {
     int level = __atomic_load_n(&best_level, __ATOMIC_ACQUIRE);
     if (level >= 0) return level;
     /* A SIMD level that the development machine could not run (AVX-512) is trusted only once
-     * it gives portable's digests here, on this CPU; otherwise the next level down is used. */
-    level = CAPSEM_BLAKE3_AVX512;
-    while (level > CAPSEM_BLAKE3_PORTABLE && !capsem_blake3_level_self_check(level)) level--;
+     * it gives portable's digests here, on this CPU; otherwise the next one down is used. */
+    level = CAPSEM_BLAKE3_PORTABLE;
+    for (size_t i = 0; i < sizeof PREFERRED / sizeof PREFERRED[0]; i++) {
+        if (capsem_blake3_level_self_check(PREFERRED[i])) {
+            level = PREFERRED[i];
+            break;
+        }
+    }
     __atomic_store_n(&best_level, level, __ATOMIC_RELEASE);
     return level;
 }

@@ -70,6 +70,8 @@ extern const capsem_blake3_kernels capsem_blake3_sse41_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx2_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx512_kernels;
 extern const capsem_blake3_kernels capsem_blake3_avx512_on_avx2_kernels;
+/* arm/ only (CAPSEM_HAVE_NEON_SIMD): */
+extern const capsem_blake3_kernels capsem_blake3_neon_kernels;
 
 /* The 32-byte hash-mode digest of an input whose n >= 2 chunk CVs are cvs (overwritten):
  * its parents level by level, the last one as the root. For kernels that hash the chunks of

@@ -290,7 +290,7 @@ cdef dict _scan_sequential(_Scan scan, size_t count):
             break
         # Only if the snapshot held more rows than COUNT(*) said (it cannot, in one
         # transaction); grow geometrically rather than trust that.
-        arrays = _grow(arrays, max(cap * 2, 1024))
+        arrays = _grow(arrays, max(cap * 2, <size_t>1024))
         cap = arrays["id"].shape[0]
     return {k: v[:filled] for k, v in arrays.items()}
 
@@ -396,9 +396,9 @@ def _archive_order(dict rows):
     if n < 2:
         return rows
     if (blk.min() >= 0 and blk.max() < (1 << 38) and off.min() >= 0 and off.max() <= (1 << 24)
-            and np.all(ids[1:] > ids[:-1])):
+            and np.all(ids[1:] > ids[:n - 1])):
         key = (blk << 25) | off
-        if np.all(key[1:] >= key[:-1]):
+        if np.all(key[1:] >= key[:n - 1]):
             return rows
         order = np.argsort(key, kind="stable")
     else:
@@ -428,7 +428,7 @@ def scan_blocks(str uri, *, int busy_ms, path=None, conn=None):
             raise _index_error(scan.path, CAPSEM_R_INDEX_READ, scan.err)
         if done:
             break
-        arrays = _grow(arrays, max(cap * 2, 1024))
+        arrays = _grow(arrays, max(cap * 2, <size_t>1024))
         cap = arrays["block_offset"].shape[0]
     return {k: v[:filled] for k, v in arrays.items()}
 

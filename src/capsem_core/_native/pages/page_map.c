@@ -444,6 +444,7 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         add(k, CAPSEM_PG_SHRANK, 0, 0, 0, 0, 0, size);
     } else {
+        capsem_guard_range(map, size);
         capsem_guard_armed = 1;
         walk_all(k);
         capsem_guard_armed = 0;
@@ -470,6 +471,7 @@ void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_h
         free(k.scratch);
         return;
     }
+    capsem_guard_range(map, size);
     capsem_guard_armed = 1;
     for (; i < nroots; i++) {
         uint32_t pgno = roots[i];

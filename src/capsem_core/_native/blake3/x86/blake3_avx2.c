@@ -72,6 +72,7 @@ static inline void store_cvs(const vec cv[8], uint8_t *out) {
 
 #define LANES_KERNELS capsem_blake3_avx2_kernels
 #include "blake3_lanes.h"
+#include "blake3_rows.h"
 
 const capsem_blake3_kernels capsem_blake3_avx2_kernels = {
     .name = "avx2",

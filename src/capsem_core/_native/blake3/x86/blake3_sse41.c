@@ -41,24 +41,11 @@ static inline void transpose4(vec r[4]) {
     r[3] = _mm_unpackhi_epi64(t1, t3);
 }
 
-static inline void load_msg(const uint8_t *const blocks[LANES], size_t off, vec m[16]) {
-    for (int q = 0; q < 4; q++) {
-        for (int j = 0; j < 4; j++) m[4 * q + j] = v_load(blocks[j] + off + 16 * q);
-        transpose4(m + 4 * q);
-    }
-}
-
-static inline void store_cvs(const vec cv[8], uint8_t *out) {
-    for (int half = 0; half < 2; half++) {
-        vec r[4];
-        for (int w = 0; w < 4; w++) r[w] = cv[4 * half + w];
-        transpose4(r);
-        for (int j = 0; j < 4; j++) v_store(out + 32 * j + 16 * half, r[j]);
-    }
-}
-
+/* load_msg and store_cvs come from transpose4 (blake3_lanes.h). */
+#define LANES_FROM_TRANSPOSE4
 #define LANES_KERNELS capsem_blake3_sse41_kernels
 #include "blake3_lanes.h"
+#include "blake3_rows.h"
 
 const capsem_blake3_kernels capsem_blake3_sse41_kernels = {
     .name = "sse41",
