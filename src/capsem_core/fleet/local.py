@@ -75,8 +75,13 @@ def _child(conn: Connection, fn: Callable[[Any], Any], arg: Any) -> None:
         from capsem_core.fleet.task import failure_text
 
         result = TaskRaised(failure_text(exc))
-    conn.send(result)
-    conn.close()
+    try:
+        conn.send(result)
+        conn.close()
+    except OSError:
+        # The parent stopped listening (it was interrupted and is ending its run): there is
+        # no one to answer, and nothing of this process may reach the terminal.
+        os._exit(1)
     # Nothing of this process outlives its answer: leave at once, without the interpreter's
     # teardown (freeing every module of a warm process costs more than the fork did).
     sys.stdout.flush()
