@@ -41,8 +41,10 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
     } else if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
         prev->sa_handler(sig);
     } else {
-        /* Default action: returning re-runs the faulting access, which now terminates. */
+        /* Default action. A fault would come back when the access re-runs, but a signal sent
+         * by kill() would not: raise it again, so both end the process by that signal. */
         signal(sig, SIG_DFL);
+        raise(sig);
     }
 }
 
