@@ -103,6 +103,19 @@ def test_a_tool_call_item_the_tool_ledger_does_not_record_is_an_error(ledger: Pa
     assert exit_codes(capsys, ledger) == (1, 1)
 
 
+def test_a_call_emitted_in_its_traces_last_exchange_and_not_made_yet_is_not_damage(ledger: Path) -> None:
+    # A session cut short after a model reply that asked for tools: the calls were never made
+    # and no later exchange exists (an interrupted sample leaves exactly this).
+    cut = """(SELECT model_call_id FROM model_items WHERE kind = 'tool_call' ORDER BY id LIMIT 1)"""
+    trace = f"(SELECT trace_id FROM model_calls WHERE id = {cut})"
+    for statement in (f"DELETE FROM model_items WHERE trace_id = {trace} AND model_call_id > {cut}",
+                      f"DELETE FROM tool_responses WHERE trace_id = {trace} AND model_call_id > {cut}",
+                      f"DELETE FROM tool_calls WHERE trace_id = {trace} AND model_call_id >= {cut}",
+                      f"DELETE FROM model_calls WHERE trace_id = {trace} AND id > {cut}"):
+        sql(ledger, statement)
+    assert "tool_call_item_unrecorded" not in broken_codes(graph(ledger))
+
+
 def test_a_tool_result_item_of_another_exchange_than_its_response_row_is_an_error(ledger: Path, capsys) -> None:
     sql(ledger, "UPDATE model_items SET model_call_id = model_call_id + 1 WHERE id = "
                 "(SELECT id FROM model_items WHERE kind = 'tool_response' ORDER BY id LIMIT 1)")

@@ -97,15 +97,21 @@ def check_model_items(conn: sqlite3.Connection, result: CheckResult) -> None:
         FROM model_items AS i WHERE i.model_call_id NOT IN (SELECT id FROM model_calls)
         ORDER BY i.id LIMIT ?"""), items)
     # idx_tool_calls_call_id / idx_tool_responses_call_id; the unary + keeps SQLite on them
-    # (a model call's model_call_id index would hold every call of the exchange).
-    for kind, table, code, what in (
-            ("tool_call", "tool_calls", "tool_call_item_unrecorded", "tool call"),
-            ("tool_response", "tool_responses", "tool_response_item_unrecorded", "tool result")):
+    # (a model call's model_call_id index would hold every call of the exchange). A tool call
+    # the model emitted in the last exchange of its trace may not have been made yet (an MCP
+    # call is recorded when it is made): the session was cut short, not the ledger broken.
+    # It counts once a later exchange of the trace exists (idx_model_calls_trace_id).
+    in_flight = ("AND EXISTS (SELECT 1 FROM model_calls AS later "
+                 "WHERE later.trace_id = i.trace_id AND later.id > i.model_call_id)")
+    for kind, table, code, what, cond in (
+            ("tool_call", "tool_calls", "tool_call_item_unrecorded", "tool call", in_flight),
+            ("tool_response", "tool_responses", "tool_response_item_unrecorded", "tool result", "")):
         _report(result, code, ERROR,
                 f"model_items {what}s no {table} row records (same call_id and model_call_id)", _broken(conn, f"""
             SELECT i.id, i.event_id, i.model_call_id, i.call_id, COUNT(*) OVER ()
             FROM model_items AS i WHERE i.kind = ? AND NOT EXISTS (
                 SELECT 1 FROM {table} AS t WHERE t.call_id = i.call_id AND +t.model_call_id = i.model_call_id)
+                {cond}
             ORDER BY i.id LIMIT ?""", (kind,)), items)
 
 
