@@ -180,6 +180,7 @@ sys.stdout.write("verified %d %d\\n" % (lambda r: (r[0], len(r[1])))(ledger.veri
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (scripts/setup installs it)")
+@pytest.mark.skipif(not _strace_can_trace(), reason="strace cannot trace here (no ptrace: qemu-user emulation)")
 def test_ledger_verify_opens_nothing_the_open_ledger_does_not_already_hold(sample: Path, tmp_path: Path) -> None:
     trace = tmp_path / "trace.txt"
     _cleanup(sample)
