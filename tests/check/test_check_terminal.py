@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import sqlite3
 import subprocess
 import sys
-import tty
 from pathlib import Path
 
 import pytest
+
+from tests.cli.ledger_cli import run_argv_on_a_terminal
 from tests.check.test_check import TRACE, _bytes
 
 from capsem_core import check
@@ -131,28 +130,8 @@ def _run_on_a_terminal(db: Path, *extra: str) -> tuple[int, str]:
 
 def run_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
     """Run a command with stdout on a raw pseudo-terminal (colour on); its exit status, output and stderr."""
-    master, slave = pty.openpty()
-    tty.setraw(slave)
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            proc.kill()
-            raise AssertionError(f"{argv[3]} did not finish")
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    code = proc.wait(timeout=60)
-    assert proc.stderr is not None
-    return code, b"".join(chunks).decode("utf-8"), proc.stderr.read().decode("utf-8")
+    code, shown, errors = run_argv_on_a_terminal(argv)
+    return code, shown.decode("utf-8"), errors.decode("utf-8")
 
 
 def assert_terminal_safe(text: str, *, colour: bool) -> None:

@@ -16,17 +16,24 @@ def run(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[bytes
 
 
 def run_on_a_terminal(*args: str) -> tuple[int, bytes, bytes]:
-    """(exit status, what the terminal showed, stderr) with stdout on a raw pty."""
+    """(exit status, what the terminal showed, stderr) of capsem-ledger with stdout on a raw pty."""
+    return run_argv_on_a_terminal([sys.executable, "-m", "capsem_core", *args])
+
+
+def run_argv_on_a_terminal(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """(exit status, what the terminal showed, stderr) of any command with stdout on a raw
+    pseudo-terminal (no newline translation) and NO_COLOR unset, so colour is on."""
     master, slave = pty.openpty()
     tty.setraw(slave)
-    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", *args], stdout=slave, stderr=subprocess.PIPE)
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, env=env)
     os.close(slave)
     chunks = []
     while True:
         ready, _, _ = select.select([master], [], [], 60)
         if not ready:
             proc.kill()
-            raise AssertionError("the command did not finish")
+            raise AssertionError(f"{argv[3:]} did not finish")
         try:
             chunk = os.read(master, 65536)
         except OSError:  # EIO: the child closed the terminal
