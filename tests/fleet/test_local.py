@@ -121,18 +121,21 @@ def test_a_ledger_whose_check_process_is_killed_is_unreadable_and_the_rest_are_c
         tmp_path: Path, heavy_source: Path) -> None:
     home = fleet_home(tmp_path, heavy_source, heavy=6, sessions=1)
     killed: list[int] = []
-    me = psutil.Process()
 
     def kill_one_check() -> None:
-        # As the kernel's OOM killer would: SIGKILL to one check process while it runs.
+        # As the kernel's OOM killer would: SIGKILL to one check process while it runs. The
+        # tree is read from every process's parent id, not psutil.Process() of this process:
+        # under qemu-user this process's own /proc entry is emulated and psutil calls it reused.
         while not killed:
-            for server in me.children():
-                for child in server.children():
+            parents = {p.pid: p.info["ppid"] for p in psutil.process_iter(["ppid"])}
+            servers = {pid for pid, ppid in parents.items() if ppid == os.getpid()}
+            for pid, ppid in parents.items():
+                if ppid in servers:
                     try:
-                        child.send_signal(signal.SIGKILL)
-                    except psutil.NoSuchProcess:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
                         continue
-                    killed.append(child.pid)
+                    killed.append(pid)
                     return
 
     killer = threading.Thread(target=kill_one_check, daemon=True)
