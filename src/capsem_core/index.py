@@ -16,7 +16,7 @@ import os
 import sqlite3
 from typing import Any
 
-from capsem_core import db
+from capsem_core import cores, db
 from capsem_core._native import _index
 from capsem_core._native._index import PARALLEL_MIN_ROWS, parse_body_hash, sqlite_source_id, sqlite_version
 from capsem_core.errors import LedgerError
@@ -47,7 +47,7 @@ def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | No
     if plan is None:
         plan = db.complete_plan(os.fsdecode(os.fspath(db_path)))
     path = _existing(db_path)
-    return _index.scan_bodies(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, threads=threads,
+    return _index.scan_bodies(plan.uri, busy_ms=db.busy_timeout_ms(), path=path, threads=cores.threads(threads),
                               conn=_shared(conn))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import db, index
+from capsem_core import cores, db, index
 from capsem_core._native import _archive, _errors
 from capsem_core.errors import LedgerError
 from capsem_core.format import body_hash_text
@@ -108,7 +108,7 @@ def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None
 def verify_bodies(bodies_path: db.PathArg, blocks: dict[str, Any], bodies: dict[str, Any], *, threads: int = 0,
                   progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True) -> Any:
     """The native kernel over scanned arrays (a VerifyOutcome); see _archive.verify_bodies."""
-    return _archive.verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
+    return _archive.verify_bodies(bodies_path, blocks, bodies, cores.threads(threads), progress, use_libdeflate)
 
 
 def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, threads: int = 0,
@@ -128,10 +128,12 @@ def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, th
         return 0, []
     blocks = index.scan_blocks(db_path, conn=conn)
     if reader is not None:
-        outcome = _archive.verify_bodies_with(reader, blocks, bodies, threads, progress, use_libdeflate)
+        outcome = _archive.verify_bodies_with(reader, blocks, bodies, cores.threads(threads), progress,
+                                              use_libdeflate)
     else:
         if bodies_path is None:
             bodies_path = archive_path_for(db_path)
-        outcome = _archive.verify_bodies(bodies_path, blocks, bodies, threads, progress, use_libdeflate)
+        outcome = _archive.verify_bodies(bodies_path, blocks, bodies, cores.threads(threads), progress,
+                                         use_libdeflate)
     findings = findings_of(outcome, bodies, db_path, conn)
     return n - len(findings), findings

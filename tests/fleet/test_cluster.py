@@ -18,7 +18,7 @@ from tests.fleet.helpers import (  # noqa: E402
     Cluster, FleetHome, dask_cluster, findings_of, fleet_home, heavy_ledger, verdicts, wait_for,
 )
 
-from capsem_core import cli  # noqa: E402
+from capsem_core import cli, cores  # noqa: E402
 from capsem_core.fleet import check_all, discover_home  # noqa: E402
 
 # Small enough that each heavy ledger's verify is split into several block ranges.
@@ -56,6 +56,13 @@ def test_a_cluster_run_gives_the_verdicts_and_reports_of_a_local_run(home: Fleet
     assert all(r.worker and r.worker.startswith("tcp://127.0.0.1:") for r in report)
     assert report.runner == cluster.address and report.jobs == 2
     assert all(r.attempts == r.tasks and not r.retried for r in report)
+
+
+def test_each_task_runs_on_its_share_of_its_workers_host(home: FleetHome, cluster: Cluster) -> None:
+    # Two one-thread workers on this host: each check's share is half its cores.
+    with Client(cluster.address) as client:
+        report = check_all([], home=home.home, client=client)
+    assert {r.report.checks["pages"].counts["threads"] for r in report if r.report is not None} == {cores.share(2)}
 
 
 def test_check_all_scheduler_on_the_command_line_prints_the_same_json(home: FleetHome, cluster: Cluster, local_run,

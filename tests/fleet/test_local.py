@@ -18,7 +18,7 @@ import pytest
 from tests.fleet.crashing import answer_or_crash
 from tests.fleet.helpers import fleet_home, heavy_ledger, verdicts, wait_for
 
-from capsem_core import cli
+from capsem_core import cli, cores
 from capsem_core.check import check_ledger
 from capsem_core.fleet import FleetLedger, check_all, discover_home
 from capsem_core.fleet.local import ProcessDied, TaskRaised, run_each
@@ -69,7 +69,8 @@ def test_check_all_names_the_damaged_ledger_exits_1_and_its_json_holds_each_ledg
     assert [e["path"] for e in doc["ledgers"]] == [str(p) for p in expected]
     for path in expected:
         entry = entries[str(path)]
-        alone = check_ledger(path / "session.db", verify_bodies=True).to_json()
+        with cores.limit(cores.share(2)):  # each of two checks at once runs on its share
+            alone = check_ledger(path / "session.db", verify_bodies=True).to_json()
         # The same fields as check --json, with the same values.
         assert {k: entry[k] for k in alone} == json.loads(json.dumps(alone))
         assert entry["ok"] is (path != shared_home.damaged)
@@ -184,6 +185,15 @@ def test_check_all_returns_results_in_the_order_given(tmp_path: Path, heavy_sour
     report = check_all(ledgers, jobs=2)
     assert [r.ledger for r in report] == ledgers
     assert all(isinstance(r.ledger, FleetLedger) for r in report)
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 64])
+def test_each_check_runs_on_its_share_of_the_cores(shared_home, jobs: int,  # type: ignore[no-untyped-def]
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two checks at once on 2 cores run one page-check thread each, not two each.
+    monkeypatch.delenv(cores.THREADS_ENV, raising=False)
+    report = check_all([], home=shared_home.home, jobs=jobs)
+    assert {r.report.checks["pages"].counts["threads"] for r in report if r.report is not None} == {cores.share(jobs)}
 
 
 def test_options_of_check_all_alone_are_refused_without_it(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import verify
+from capsem_core import cores, verify
 from capsem_core._native import _archive, _errors
 from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex
@@ -180,7 +180,7 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
         kernel_rows = rows.kernel_rows()
         if named.shape[0] != len(rows):
             kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
-        outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, threads, None, True,
+        outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, cores.threads(threads), None, True,
                                               out=buffer, out_offset=offsets[named])
         bad = np.flatnonzero(outcome.status)
         if bad.shape[0]:

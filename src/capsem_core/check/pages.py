@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capsem_core import db
+from capsem_core import cores, db
 from capsem_core._native import _pages
 from capsem_core.check import opening
 from capsem_core.check.page_words import walk_lines
@@ -46,14 +46,6 @@ WALK_COST_PER_PAGE = 0.15
 _DAMAGE_ERRORS = frozenset({"SQLITE_CORRUPT", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE",
                             "SQLITE_CORRUPT_VTAB", "SQLITE_NOTADB"})
 SCHEMA_TABLE = "sqlite_schema"
-
-
-def cores() -> int:
-    """The cores this process may run on (the default number of page-check threads)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def damage_lines(exc: sqlite3.DatabaseError | UnicodeDecodeError) -> list[str]:
@@ -167,7 +159,7 @@ class PageCheck:
     def start(cls, db_path: Path, plan: db.ReadPlan, conn: sqlite3.Connection, result: CheckResult,
               threads: int | None = None) -> PageCheck:
         """Start the page check; ``conn`` is the checks' connection, in its read transaction."""
-        check = cls(db_path, result, max(1, threads or cores()))
+        check = cls(db_path, result, cores.threads(threads))
         try:
             check._begin(plan, conn)
         except BaseException:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from capsem_core import cores
 from capsem_core.fleet.discover import FleetLedger
 from capsem_core.fleet.merge import merge_split
 from capsem_core.fleet.results import LedgerResult
@@ -75,14 +76,27 @@ def connect(address: str, *, workers: int) -> Iterator[Client]:
             yield client
 
 
-def _logged(fn: Callable[[Any], Any], task: Any) -> Any:
+def slots_by_host(client: Client) -> dict[str, int]:
+    """Per host, how many tasks the cluster's workers there run at once (their threads)."""
+    slots: dict[str, int] = defaultdict(int)
+    for worker in client.scheduler_info().get("workers", {}).values():
+        slots[str(worker.get("host"))] += int(worker.get("nthreads") or 1)
+    return dict(slots)
+
+
+def _logged(fn: Callable[[Any], Any], task: Any, slots: dict[str, int]) -> Any:
     """Run ``fn(task)`` on a worker, first logging the start on the scheduler (the count of
-    starts per task is how a report knows it ran more than once)."""
+    starts per task is how a report knows it ran more than once), with its share of the
+    worker's host as its thread budget (``slots``: per host, the tasks run there at once; a
+    host that joined after the run began counts this worker's own threads)."""
     from distributed import get_worker
+    from distributed.comm.addressing import get_address_host
 
     worker = get_worker()
     worker.log_event(START_TOPIC, {"key": str(worker.get_current_task())})
-    return fn(task)
+    here = slots.get(get_address_host(worker.address), worker.state.nthreads)
+    with cores.limit(cores.share(here)):
+        return fn(task)
 
 
 @dataclass(slots=True)
@@ -105,6 +119,7 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
     from distributed import as_completed
 
     run = uuid.uuid4().hex[:12]
+    slots = slots_by_host(client)
     state = [_Ledger(ledger) for ledger in ledgers]
     meta: dict[str, tuple[int, int]] = {}  # key -> (ledger, range index or -1 for the check)
     results: list[LedgerResult | None] = [None] * len(ledgers)
@@ -113,7 +128,7 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
         meta[key] = (i, j)
         state[i].keys.append(key)
         state[i].pending += 1
-        return client.submit(_logged, fn, task, key=key, retries=retries, priority=state[i].ledger.size)
+        return client.submit(_logged, fn, task, slots, key=key, retries=retries, priority=state[i].ledger.size)
 
     futures = []
     for i in sorted(range(len(ledgers)), key=lambda k: -ledgers[k].size):

@@ -6,7 +6,8 @@ its result says how ("unreadable"), while the other ledgers go on. A process poo
 lose every queued task with one dead worker, so each task gets a fresh process, forked from
 a fork server that has capsem_core imported already (a few milliseconds each, not an
 interpreter start), which answers through a pipe of its own. Ctrl-C or SIGTERM in the
-parent kills the running checks (they only read) and waits for them.
+parent kills the running checks (they only read) and waits for them. Each process gets its
+share of the machine as its thread budget (``capsem_core.cores``): cores / jobs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
+
+from capsem_core import cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -54,10 +57,7 @@ class TaskRaised:
 
 def default_jobs() -> int:
     """One job per core this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return cores.available()
 
 
 def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
@@ -68,9 +68,10 @@ def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.co
     return multiprocessing.get_context("spawn")
 
 
-def _child(conn: Connection, fn: Callable[[Any], Any], arg: Any) -> None:
+def _child(conn: Connection, fn: Callable[[Any], Any], arg: Any, threads: int) -> None:
     try:
-        result: Any = fn(arg)
+        with cores.limit(threads):
+            result: Any = fn(arg)
     except BaseException as exc:  # the parent hears of every failure, in one line
         from capsem_core.fleet.task import failure_text
 
@@ -102,9 +103,11 @@ def run_each(fn: Callable[[T], R], args: Sequence[T], *, jobs: int,
     """``fn(arg)`` for every arg, each in its own process, ``jobs`` at a time, in the order
     given; returns the answers in that order (a ``ProcessDied`` or ``TaskRaised`` in place of
     an answer that never came). ``fn`` must be importable by name (a module-level function).
-    ``on_done(i, answer)`` is called in this process as each one ends."""
+    ``on_done(i, answer)`` is called in this process as each one ends. Each task's thread
+    budget is its share of the cores: ``cores.share(jobs)``, at least 1."""
     if jobs < 1:
         raise ValueError("jobs must be at least 1")
+    threads = cores.share(jobs)
     ctx = _context()
     out: list[R | ProcessDied | TaskRaised | None] = [None] * len(args)
     running: dict[int, _Running[T]] = {}
@@ -125,7 +128,7 @@ def run_each(fn: Callable[[T], R], args: Sequence[T], *, jobs: int,
             while queue and len(running) < jobs:
                 i = queue.pop()
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                process = ctx.Process(target=_child, args=(child_end, fn, args[i]), daemon=True,
+                process = ctx.Process(target=_child, args=(child_end, fn, args[i], threads), daemon=True,
                                       name=f"capsem-fleet-{i}")
                 process.start()
                 child_end.close()  # the child holds the only writer: EOF when it dies

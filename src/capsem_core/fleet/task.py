@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import db, index
+from capsem_core import cores, db, index
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.check import check_ledger
@@ -194,7 +194,7 @@ def _verify_range(task: RangeTask, out: RangeOutcome) -> None:
         if out.bodies == 0:
             return
         with _archive.ArchiveReader(archive_path_for(task.db_path)) as reader:
-            outcome = _archive.verify_bodies_with(reader, _slice(blocks, k_lo, k_hi), sub_bodies)
+            outcome = _archive.verify_bodies_with(reader, _slice(blocks, k_lo, k_hi), sub_bodies, cores.threads(0))
         faults = _verify.findings_of(outcome, sub_bodies, task.db_path, conn)
         out.failures = len(faults)
         out.findings = [body_finding(f) for f in faults[:MAX_FINDINGS_PER_CHECK]]

@@ -1,0 +1,70 @@
+"""How many threads this process's work may use: the one owner of that policy.
+
+Every parallel step (the page check, the body index scan, the verify kernel, the extent
+fingerprints, bulk body reads) takes ``threads``, where 0 means "the budget". The budget is
+the cores this process may run on (its CPU affinity, which a container's cpuset or
+``taskset`` narrows; the native code's own fallback would count every online core), unless
+it is narrowed:
+
+* ``CAPSEM_CORE_THREADS=N`` in the environment, for whoever runs several capsem-core
+  processes side by side (as ``OMP_NUM_THREADS`` is for OpenMP programs);
+* ``limit(n)`` around a block of work: the fleet runners give each ledger's check its share
+  of the machine (cores / checks running at once), so ``--jobs 2`` on 2 cores runs two
+  one-thread checks instead of two two-thread checks fighting for the same cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+THREADS_ENV = "CAPSEM_CORE_THREADS"
+
+_limit: int | None = None
+
+
+def available() -> int:
+    """The cores this process may run on (at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+def budget() -> int:
+    """The threads one parallel step may use now: ``limit``'s, else ``CAPSEM_CORE_THREADS``'s
+    (a value that is not a positive integer is ignored), else ``available()``."""
+    if _limit is not None:
+        return _limit
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text.isdigit() and int(text) > 0:
+        return min(int(text), 1024)
+    return available()
+
+
+def threads(requested: int | None) -> int:
+    """``requested`` when it is positive, else the budget: what a step with a ``threads=0``
+    default hands the native code."""
+    return requested if requested is not None and requested > 0 else budget()
+
+
+def share(slots: int) -> int:
+    """This process's share of the machine when ``slots`` checks run on it at once."""
+    return max(1, available() // max(1, slots))
+
+
+@contextlib.contextmanager
+def limit(n: int) -> Iterator[None]:
+    """Within the block, the budget is ``n`` (at least 1). Not for concurrent use by threads
+    with different limits: a check process (or a Dask task) sets it once around its work."""
+    global _limit
+    before = _limit
+    _limit = max(1, int(n))
+    try:
+        yield
+    finally:
+        _limit = before
+
+
+__all__ = ["THREADS_ENV", "available", "budget", "limit", "share", "threads"]
