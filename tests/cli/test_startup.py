@@ -35,3 +35,27 @@ def test_a_signal_while_the_commands_load_is_one_line_and_the_usual_status(signu
                           text=True, timeout=60)
     assert done.returncode == code, done.stderr
     assert done.stderr == f"capsem-ledger: {word}\n"
+
+
+# The commands are loaded; the signal comes while argparse builds the parser (the first
+# add_argument call), which on a busy or emulated machine takes a noticeable while.
+_SIGINT_IN_PARSER = """
+import argparse, os, signal, sys
+from capsem_core.cli import app
+app._commands()
+real = argparse.ArgumentParser.add_argument
+
+def tripwire(self, *args, **kwargs):
+    argparse.ArgumentParser.add_argument = real
+    os.kill(os.getpid(), signal.SIGINT)
+    return real(self, *args, **kwargs)
+
+argparse.ArgumentParser.add_argument = tripwire
+sys.exit(app.main(["check", "--db", "no-such-ledger/session.db"]))
+"""
+
+
+def test_a_ctrl_c_while_the_arguments_are_parsed_is_one_line_and_130() -> None:
+    done = subprocess.run([sys.executable, "-c", _SIGINT_IN_PARSER], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "capsem-ledger: interrupted\n"

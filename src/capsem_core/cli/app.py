@@ -90,31 +90,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args: argparse.Namespace | None = None
     try:
+        # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
+        # machine) ends in the one line too, not a traceback.
+        args = build_parser().parse_args(argv)
         if args.command in WRITING_COMMANDS:
             signal.signal(signal.SIGTERM, _raise_terminated)
         return int(args._run(args))
     except UsageError as exc:
+        if args is None:
+            raise
         args._parser.error(sanitize(exc))  # exits 2 after the usage line
         raise  # unreachable: error() exits
     except LedgerError as exc:
-        print(f"capsem-ledger {args.command}: {sanitize(exc)}", file=sys.stderr)
+        print(f"{_who(args)}: {sanitize(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
     except OSError as exc:
         # An I/O failure no module turned into a LedgerError still gets one line naming the file.
         where = f"{sanitize(exc.filename)}: " if exc.filename is not None else ""
-        print(f"capsem-ledger {args.command}: {where}{sanitize(exc.strerror or exc)}", file=sys.stderr)
+        print(f"{_who(args)}: {where}{sanitize(exc.strerror or exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"capsem-ledger {args.command}: interrupted", file=sys.stderr)
+        print(f"{_who(args)}: interrupted", file=sys.stderr)
         return 130
     except Terminated:
-        print(f"capsem-ledger {args.command}: terminated", file=sys.stderr)
+        print(f"{_who(args)}: terminated", file=sys.stderr)
         return 143
+
+
+def _who(args: argparse.Namespace | None) -> str:
+    return "capsem-ledger" if args is None else f"capsem-ledger {args.command}"
 
 
 if __name__ == "__main__":
