@@ -6,7 +6,8 @@ Groups (the ratio table after the run divides each time into its group's baselin
 * ``bodies-large``: every body of the large-body sample (1 GiB raw) on one thread — the
   pure-Python reader (oracles/archive_reader.archived_bodies: sqlite3, one zlib stream per
   block, the ``blake3`` package) vs ``read_bodies(threads=1)`` and ``bodies(threads=1)``
-  (every body copied out as bytes). Target: >= 3x.
+  (every body copied out as bytes). Target: >= 3x. Also ``read_bodies()`` on every core
+  (its default), beside them.
 * ``bodies-large-kernel``: the same two against the verify kernel alone on one thread (the
   same work without handing out the bytes). Target: within 1.3x (ratio >= 0.77).
 * ``read-bodies-small``: every body of the million-body sample, pure-Python reader vs
@@ -86,6 +87,19 @@ def test_large_read_bodies_1_thread(benchmark, large):
 @pytest.mark.benchmark(group="bodies-large")
 def test_large_bodies_1_thread(benchmark, large):
     _run(benchmark, _bodies, large, rounds=3)
+
+
+def _read_bodies_all_cores(db: Path) -> int:
+    with Ledger(db) as ledger:
+        batch = ledger.read_bodies()
+        assert batch.findings == []
+        return batch.nbytes
+
+
+@pytest.mark.benchmark(group="bodies-large")
+def test_large_read_bodies_all_cores(benchmark, large):
+    # The same read on the thread budget (one thread per core): what an embedder gets by default.
+    _run(benchmark, _read_bodies_all_cores, large, rounds=3)
 
 
 @pytest.mark.benchmark(group="bodies-large-kernel")
