@@ -20,7 +20,7 @@ a damaged one never makes a Python object per broken row.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from capsem_core.check.report import ERROR, NOTE, WARNING, CheckResult, Finding, Value
 from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
@@ -227,16 +227,46 @@ def check_security_joins(conn: sqlite3.Connection, result: CheckResult) -> None:
         LIMIT ?"""), total)
 
 
-def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: SessionRoute | None) -> None:
+Part = Callable[[sqlite3.Connection], CheckResult]
+
+
+def _part(fn: Callable[[sqlite3.Connection, CheckResult], None]) -> Part:
+    def run(conn: sqlite3.Connection) -> CheckResult:
+        part = CheckResult("identity_graph", "")
+        fn(conn, part)
+        return part
+    return run
+
+
+def session_parts(stopped: bool | None) -> list[Part]:
+    """The invariants that read session.db alone, each a read of one connection in the checks'
+    snapshot, independent of the others, in the section's order. The longest first in the
+    list's use beside the page check is the turns' (every turn-carrying table); see
+    check/run.py."""
+    return [_part(check_model_items), _part(check_tool_calls),
+            _part(lambda conn, result: check_turns(conn, result, stopped)), _part(check_security_joins)]
+
+
+def merge_parts(result: CheckResult, parts: Sequence[CheckResult]) -> None:
+    """Add the parts' counts and findings to the section, in the section's order."""
+    for part in parts:
+        result.counts.update(part.counts)
+        for finding in part.findings:
+            result.add(finding)
+
+
+def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: SessionRoute | None,
+                         run: Callable[[Sequence[Part]], list[CheckResult]] | None = None) -> None:
     """Every invariant of the identity graph on ``conn`` (the checks' read transaction);
-    ``route`` is how the ledger was reached (None: ``--db``, no home)."""
+    ``route`` is how the ledger was reached (None: ``--db``, no home). ``run`` runs the
+    session.db parts (default: one after another on ``conn``); check runs them on the page
+    check's workers, whose connections read the same snapshot."""
     row, why = read_route(route)
-    check_model_items(conn, result)
-    check_tool_calls(conn, result)
-    check_turns(conn, result, session_stopped(row))
-    check_security_joins(conn, result)
+    parts = session_parts(session_stopped(row))
+    merge_parts(result, run(parts) if run is not None else [part(conn) for part in parts])
     check_route(conn, route, row, why, result)
 
 
-__all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "check_identity_graph",
-           "check_model_items", "check_security_joins", "check_tool_calls", "check_turns"]
+__all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part", "check_identity_graph",
+           "check_model_items", "check_security_joins", "check_tool_calls", "check_turns", "merge_parts",
+           "session_parts"]

@@ -29,8 +29,10 @@ import os
 import sqlite3
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from capsem_core import cores, db
 from capsem_core._native import _pages
@@ -128,6 +130,36 @@ class _Job:
     lines: list[str] = field(default_factory=list)
 
 
+class Beside:
+    """A read of the checks' snapshot run by a page-check worker on its connection
+    (``PageCheck.run_beside``): ``result()`` waits for it (or runs it on the caller's
+    connection if no worker will) and returns its value or raises what it raised."""
+
+    __slots__ = ("fn", "value", "error", "done", "taken")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.taken = False
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        try:
+            self.value = self.fn(conn)
+        except BaseException as exc:   # the caller's to raise, on its own thread
+            self.error = exc
+        self.done.set()
+
+    def result(self, check: PageCheck, conn: sqlite3.Connection) -> Any:
+        while not self.done.wait(0.05):
+            if not check._take(self):   # no worker holds it, and none will: run it here
+                self.run(conn)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class PageCheck:
     """The page check of one ledger, running on worker threads while the other checks run.
 
@@ -146,6 +178,7 @@ class PageCheck:
         self._conns: list[sqlite3.Connection] = []
         self._workers: list[threading.Thread] = []
         self._jobs: deque[_Job] = deque()
+        self._beside: deque[Beside] = deque()
         self._done: list[_Job] = []
         self._lock = threading.Lock()
         self._errors: list[BaseException] = []
@@ -231,12 +264,45 @@ class PageCheck:
             self._workers.append(t)
             t.start()
 
+    @property
+    def shares_snapshot(self) -> bool:
+        """True when the workers read exactly the checks' snapshot (the per-table method), so
+        other reads of session.db may run on their connections (``run_beside``)."""
+        return self.method == PER_TABLE and self._early is None and bool(self._workers)
+
+    def run_beside(self, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[Beside]:
+        """Queue reads to run on the workers' connections before the remaining page jobs
+        (they are the longer ones); only when ``shares_snapshot``."""
+        if not self.shares_snapshot:
+            raise RuntimeError("the page check's workers do not read the checks' snapshot")
+        handles = [Beside(fn) for fn in fns]
+        with self._lock:
+            self._beside.extend(handles)
+        return handles
+
+    def _take(self, handle: Beside) -> bool:
+        """Whether a worker has ``handle`` or will take it; if not, it is the caller's now."""
+        with self._lock:
+            if handle.taken:
+                return True
+            if not self._stop.is_set() and any(t.is_alive() for t in self._workers):
+                return True
+            handle.taken = True
+            return False
+
     def _work(self, conn: sqlite3.Connection, whole_file: bool) -> None:
         while not self._stop.is_set():
             with self._lock:
-                if not self._jobs:
+                beside = self._beside.popleft() if self._beside else None
+                if beside is not None:
+                    beside.taken = True
+                elif not self._jobs:
                     return
-                job = self._jobs.popleft()
+                else:
+                    job = self._jobs.popleft()
+            if beside is not None:
+                beside.run(conn)
+                continue
             try:
                 if whole_file:
                     job.lines = quick_check_lines(conn)

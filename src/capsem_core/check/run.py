@@ -21,7 +21,7 @@ from capsem_core.check import archive, identity, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.incremental import PendingRecord, VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
-from capsem_core.check.route import SessionRoute
+from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
 from capsem_core.check.verify import ProgressCallback
 from capsem_core.errors import LedgerError
 from capsem_core.paths import archive_path_for
@@ -72,7 +72,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
         failure: LedgerError | None = None
         pending: PendingRecord | None = None
         try:
-            pending = _run_other_checks(conn, db_path, bodies_path, report, progress, plan, route, options)
+            pending = _run_other_checks(conn, db_path, bodies_path, report, progress, plan, route, options,
+                                         page_check)
         except LedgerError as exc:
             failure = exc
         except sqlite3.Error as exc:
@@ -101,8 +102,10 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
                       progress: ProgressCallback | None, plan: db.ReadPlan,
-                      route: SessionRoute | None, options: VerifyOptions | None) -> PendingRecord | None:
-    """Everything after page integrity, in the report's order."""
+                      route: SessionRoute | None, options: VerifyOptions | None,
+                      page_check: pages.PageCheck) -> PendingRecord | None:
+    """Everything after page integrity, in the report's order (the identity graph's
+    session.db reads on the page check's workers when they read this snapshot)."""
     checks = report.checks
     # One read transaction (begun by check_ledger) serves every read of session.db: the SQL checks
     # (a writer committing meanwhile cannot make one count disagree with another: a response
@@ -115,6 +118,10 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     pending: PendingRecord | None = None
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
+        # The identity graph is the longest of the SQL checks and reads nothing the others
+        # write: where the page check's workers read this snapshot it runs on them, beside
+        # everything below, and is collected at the end.
+        graph = _IdentityBeside.start(page_check, route)
         tables = sql_checks.table_names(conn)
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
         index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn)
@@ -124,7 +131,8 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
         sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
         sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
-        identity.check_identity_graph(conn, checks["identity_graph"], route)
+        if graph is None:
+            identity.check_identity_graph(conn, checks["identity_graph"], route)
         verify = checks["verify_bodies"]
         if not report.verify_bodies:
             verify.skip("not requested (--verify-bodies reads every body back through its hash)")
@@ -132,10 +140,32 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
             verify.skip(_verify_step.SKIPPED_UNTIL_AGREE)
         else:
             report.coverage, pending = _verify_step.verify_bodies(conn, db_path, index, verify, progress, options)
+        if graph is not None:
+            graph.finish(conn, checks["identity_graph"])
     finally:
         if index is not None:
             index.close()
     return pending
+
+
+class _IdentityBeside:
+    """The identity graph's session.db parts queued on the page check's workers."""
+
+    def __init__(self, page_check: pages.PageCheck, route: SessionRoute | None) -> None:
+        self.page_check = page_check
+        self.route = route
+        self.row, self.why = read_route(route)
+        self.handles = page_check.run_beside(identity.session_parts(session_stopped(self.row)))
+
+    @classmethod
+    def start(cls, page_check: pages.PageCheck, route: SessionRoute | None) -> _IdentityBeside | None:
+        return cls(page_check, route) if page_check.shares_snapshot else None
+
+    def finish(self, conn: sqlite3.Connection, result: CheckResult) -> None:
+        """Wait for the parts (raising what one raised) and fill the section, main.db's
+        comparison last, on ``conn``."""
+        identity.merge_parts(result, [h.result(self.page_check, conn) for h in self.handles])
+        check_route(conn, self.route, self.row, self.why, result)
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:

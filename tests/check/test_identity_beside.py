@@ -1,0 +1,140 @@
+"""The identity graph on the page check's workers: where their connections read the checks'
+snapshot (no -wal holding pages) its session.db parts run there, beside the other checks, and
+the section is exactly the one a run on the checks' own connection gives; otherwise (a -wal
+holding pages) it runs on the checks' connection. A part that fails fails the check."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from capsem_core import db as _db
+from capsem_core.check import check_ledger, identity, opening, pages
+from capsem_core.check.report import CHECKS, CheckResult
+from capsem_core.errors import LedgerError
+from capsem_core.sample import write_sample_ledger
+from tests.check.test_check import sql
+
+
+@pytest.fixture(scope="module")
+def sound(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("beside") / "sound"
+    write_sample_ledger(directory, seed=21, mix="realistic", bodies=300)
+    return directory
+
+
+@pytest.fixture
+def damaged(sound: Path, tmp_path: Path) -> Path:
+    """A copy with invariants broken in three of the parts, so the section merges findings."""
+    copy = tmp_path / "ledger"
+    shutil.copytree(sound, copy)
+    db = copy / "session.db"
+    sql(db, "UPDATE model_items SET model_call_id = 999999 WHERE id IN (SELECT id FROM model_items LIMIT 3)")
+    sql(db, "DELETE FROM tool_calls WHERE id IN (SELECT id FROM tool_calls WHERE model_call_id IS NOT NULL LIMIT 2)")
+    sql(db, "UPDATE fs_events SET trace_id = 'another-trace' WHERE id = "
+            "(SELECT MIN(id) FROM fs_events WHERE turn_id IS NOT NULL)")
+    sql(db, "UPDATE tool_responses SET model_call_id = 0 WHERE id = (SELECT MIN(id) FROM tool_responses)")
+    sql(db, "DELETE FROM dns_events WHERE id IN (SELECT id FROM dns_events LIMIT 2)")
+    return db
+
+
+def _threads_of_parts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = identity.session_parts
+
+    def recorded(stopped: bool | None) -> list[identity.Part]:
+        def wrap(part: identity.Part) -> identity.Part:
+            def run(conn: sqlite3.Connection) -> CheckResult:
+                seen.append(threading.current_thread().name)
+                return part(conn)
+            return run
+        return [wrap(p) for p in real(stopped)]
+
+    monkeypatch.setattr(identity, "session_parts", recorded)
+    return seen
+
+
+def _on_one_connection(db: Path) -> dict:
+    conn = opening.open_read_only(db, _db.read_plan(db))
+    try:
+        conn.execute("BEGIN")
+        result = CheckResult("identity_graph", dict(CHECKS)["identity_graph"])
+        identity.check_identity_graph(conn, result, None)
+        return result.to_json()
+    finally:
+        conn.close()
+
+
+def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    seen = _threads_of_parts(monkeypatch)
+    real = pages.quick_check_lines
+
+    def slow(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
+        time.sleep(0.05)   # a sample this small is checked before the parts are queued
+        return real(conn, table)
+
+    monkeypatch.setattr(pages, "quick_check_lines", slow)
+    report = check_ledger(damaged, page_threads=2)
+    assert report.checks["pages"].counts["method"] == "per_table"
+    assert len(seen) == len(identity.session_parts(None)) and all(n.startswith("capsem-page-check-") for n in seen), seen
+    section = report.checks["identity_graph"].to_json()
+    assert section == alone
+    # Findings of every part, in the section's order.
+    codes = [f["code"] for f in section["findings"] if f["severity"] != "info"]
+    assert codes == ["item_without_model_call", "tool_call_item_unrecorded", "tool_response_item_unrecorded",
+                     "turn_in_many_traces", "mcp_call_without_tool_call",
+                     "security_event_unjoined"], codes
+
+
+def test_with_a_wal_holding_pages_the_section_runs_on_the_checks_connection(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    writer = sqlite3.connect(damaged, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("UPDATE net_events SET domain = domain WHERE id = (SELECT MAX(id) FROM net_events)")
+    try:
+        assert Path(f"{damaged}-wal").stat().st_size > 0
+        seen = _threads_of_parts(monkeypatch)
+        report = check_ledger(damaged)
+        assert report.checks["pages"].counts["method"] == "whole_file"
+        assert seen and set(seen) == {threading.current_thread().name}
+        assert report.checks["identity_graph"].to_json() == alone
+    finally:
+        writer.close()
+
+
+def test_a_part_that_fails_on_a_worker_fails_the_check_naming_the_file(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def locked(conn: sqlite3.Connection) -> CheckResult:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(identity, "session_parts", lambda stopped: [locked])
+    with pytest.raises(LedgerError) as exc:
+        check_ledger(damaged)
+    assert str(damaged) in str(exc.value) and "locked" in str(exc.value)
+
+
+def test_a_part_queued_after_the_workers_ended_runs_on_the_callers_connection(damaged: Path) -> None:
+    from capsem_core.check.pages import PageCheck
+
+    plan = _db.read_plan(damaged)
+    conn = opening.open_read_only(damaged, plan)
+    try:
+        conn.execute("BEGIN")
+        check = PageCheck.start(damaged, plan, conn, CheckResult("pages", "Pages"), threads=1)
+        try:
+            check.wait()
+            [handle] = check.run_beside([lambda c: (threading.current_thread().name, c)])
+            name, used = handle.result(check, conn)
+            assert name == threading.current_thread().name and used is conn
+        finally:
+            check.close()
+    finally:
+        conn.close()
