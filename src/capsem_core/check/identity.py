@@ -239,10 +239,9 @@ def _part(fn: Callable[[sqlite3.Connection, CheckResult], None]) -> Part:
 
 
 def session_parts(stopped: bool | None) -> list[Part]:
-    """The invariants that read session.db alone, each a read of one connection in the checks'
-    snapshot, independent of the others, in the section's order. The longest first in the
-    list's use beside the page check is the turns' (every turn-carrying table); see
-    check/run.py."""
+    """The invariants that read session.db alone, in the section's order: each a read of one
+    connection in the checks' snapshot, independent of the others, so check runs them on the
+    page check's workers (check/run.py); ``stopped`` as for ``check_turns``."""
     return [_part(check_model_items), _part(check_tool_calls),
             _part(lambda conn, result: check_turns(conn, result, stopped)), _part(check_security_joins)]
 
@@ -255,18 +254,14 @@ def merge_parts(result: CheckResult, parts: Sequence[CheckResult]) -> None:
             result.add(finding)
 
 
-def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: SessionRoute | None,
-                         run: Callable[[Sequence[Part]], list[CheckResult]] | None = None) -> None:
-    """Every invariant of the identity graph on ``conn`` (the checks' read transaction);
-    ``route`` is how the ledger was reached (None: ``--db``, no home). ``run`` runs the
-    session.db parts (default: one after another on ``conn``); check runs them on the page
-    check's workers, whose connections read the same snapshot."""
+def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: SessionRoute | None) -> None:
+    """Every invariant of the identity graph on ``conn`` (the checks' read transaction), one
+    after another; ``route`` is how the ledger was reached (None: ``--db``, no home)."""
     row, why = read_route(route)
-    parts = session_parts(session_stopped(row))
-    merge_parts(result, run(parts) if run is not None else [part(conn) for part in parts])
+    merge_parts(result, [part(conn) for part in session_parts(session_stopped(row))])
     check_route(conn, route, row, why, result)
 
 
-__all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part", "check_identity_graph",
-           "check_model_items", "check_security_joins", "check_tool_calls", "check_turns", "merge_parts",
+__all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part",
+           "check_identity_graph", "check_model_items", "check_security_joins", "check_tool_calls", "check_turns", "merge_parts",
            "session_parts"]

@@ -266,7 +266,8 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         look = np.flatnonzero(looked)
         extra = np.flatnonzero(grown)
         prints = _archive.hash_extents(reader, np.concatenate([k_off[look], k_off[extra]]),
-                                       np.concatenate([k_disk[look], was_disk[extra]]), threads=cores.threads(threads))
+                                       np.concatenate([k_disk[look], was_disk[extra]]),
+                                       threads=cores.threads(threads))
         now_hash = np.zeros((n, 32), dtype=np.uint8)
         now_segs = np.zeros((n, 32), dtype=np.uint8)
         now_status = np.full(n, _archive.EXTENT_PAST_END, dtype=np.uint8)
@@ -326,8 +327,8 @@ def _run_kernel(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         return [], failed[:n], 0
     if begin is not None:
         begin(int(np.asarray(part_bodies["body_len"]).sum()), total)
-    outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=cores.threads(threads), progress=progress,
-                                          walk=walk if part_blocks is blocks else None)
+    outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=cores.threads(threads),
+                                          progress=progress, walk=walk if part_blocks is blocks else None)
     failed[body_block[np.flatnonzero(outcome.status)]] = True
     return _verify.findings_of(outcome, part_bodies, db_path, conn), failed[:n], total
 

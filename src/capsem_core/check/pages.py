@@ -386,5 +386,5 @@ def check_pages(db_path: os.PathLike[str] | str, *, threads: int | None = None) 
     return result
 
 
-__all__ = ["PER_TABLE", "SCHEMA_TABLE", "WALK_COST_PER_PAGE", "WHOLE_FILE", "PageCheck", "check_pages", "cores", "damage_lines",
-           "quick_check_lines"]
+__all__ = ["PER_TABLE", "SCHEMA_TABLE", "WALK_COST_PER_PAGE", "WHOLE_FILE", "Beside", "PageCheck", "check_pages",
+           "damage_lines", "quick_check_lines"]
