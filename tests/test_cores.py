@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,28 @@ def test_a_limit_holds_inside_its_block_only_and_an_explicit_count_wins(monkeypa
         with cores.limit(0):  # never below one thread
             assert cores.budget() == 1
     assert cores.budget() == 5
+
+
+def test_a_limit_holds_on_its_own_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As two tasks of one Dask worker, each under its own limit at once.
+    monkeypatch.delenv(cores.THREADS_ENV, raising=False)
+    both_inside = threading.Barrier(2, timeout=10)
+    seen: dict[str, int] = {}
+
+    def task(name: str, n: int) -> None:
+        with cores.limit(n):
+            both_inside.wait()
+            seen[name] = cores.budget()   # while the other holds its own limit
+            both_inside.wait()
+        seen[name + " after"] = cores.budget()
+
+    threads = [threading.Thread(target=task, args=("a", 3)), threading.Thread(target=task, args=("b", 7))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"a": 3, "b": 7, "a after": cores.available(), "b after": cores.available()}
+    assert cores.budget() == cores.available()
 
 
 def test_a_share_is_the_cores_divided_by_the_checks_running_at_once() -> None:

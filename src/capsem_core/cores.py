@@ -16,12 +16,16 @@ it is narrowed:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Iterator
 
 THREADS_ENV = "CAPSEM_CORE_THREADS"
 
-_limit: int | None = None
+# A context variable, not a global: a Dask worker runs several tasks at once on its threads,
+# each inside its own limit. The budget is read where a step starts (the thread that calls
+# the native code), so the threads a step starts itself need not see it.
+_limit: contextvars.ContextVar[int | None] = contextvars.ContextVar("capsem_core_threads", default=None)
 
 
 def available() -> int:
@@ -35,8 +39,9 @@ def available() -> int:
 def budget() -> int:
     """The threads one parallel step may use now: ``limit``'s, else ``CAPSEM_CORE_THREADS``'s
     (a value that is not a positive integer is ignored), else ``available()``."""
-    if _limit is not None:
-        return _limit
+    limited = _limit.get()
+    if limited is not None:
+        return limited
     text = os.environ.get(THREADS_ENV, "").strip()
     if text.isdigit() and int(text) > 0:
         return min(int(text), 1024)
@@ -56,15 +61,12 @@ def share(slots: int) -> int:
 
 @contextlib.contextmanager
 def limit(n: int) -> Iterator[None]:
-    """Within the block, the budget is ``n`` (at least 1). Not for concurrent use by threads
-    with different limits: a check process (or a Dask task) sets it once around its work."""
-    global _limit
-    before = _limit
-    _limit = max(1, int(n))
+    """Within the block, on this thread, the budget is ``n`` (at least 1)."""
+    token = _limit.set(max(1, int(n)))
     try:
         yield
     finally:
-        _limit = before
+        _limit.reset(token)
 
 
 __all__ = ["THREADS_ENV", "available", "budget", "limit", "share", "threads"]
