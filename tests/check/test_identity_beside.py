@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
-from capsem_core.check import check_ledger, identity, opening, pages
+from capsem_core.check import check_ledger, identity, opening, pages, sql_checks
 from capsem_core.check.report import CHECKS, CheckResult
 from capsem_core.errors import LedgerError
 from capsem_core.sample import write_sample_ledger
@@ -70,27 +70,61 @@ def _on_one_connection(db: Path) -> dict:
         conn.close()
 
 
+def _slowed(monkeypatch: pytest.MonkeyPatch, module: object, name: str, seconds: float) -> None:
+    """The first call of ``module.name`` takes ``seconds`` longer."""
+    real = getattr(module, name)
+    first = threading.Lock()
+
+    def slow(*args: object, **kwargs: object) -> object:
+        if first.acquire(blocking=False):
+            time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, slow)
+
+
+# Findings of the damaged copy, from three of the parts, in the section's order.
+CODES = ["item_without_model_call", "tool_call_item_unrecorded", "tool_response_item_unrecorded",
+         "turn_in_many_traces", "mcp_call_without_tool_call", "security_event_unjoined"]
+
+
 def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _on_one_connection(damaged)
     seen = _threads_of_parts(monkeypatch)
-    real = pages.quick_check_lines
-
-    def slow(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
-        time.sleep(0.05)   # a sample this small is checked before the parts are queued
-        return real(conn, table)
-
-    monkeypatch.setattr(pages, "quick_check_lines", slow)
+    # A worker still busy when the parts are queued, and the main thread busier with its own
+    # checks: the workers take every part.
+    _slowed(monkeypatch, pages, "quick_check_lines", 0.2)
+    _slowed(monkeypatch, sql_checks, "check_tables", 1.0)
     report = check_ledger(damaged, page_threads=2)
     assert report.checks["pages"].counts["method"] == "per_table"
     assert len(seen) == len(identity.session_parts(None)) and all(n.startswith("capsem-page-check-") for n in seen), seen
     section = report.checks["identity_graph"].to_json()
     assert section == alone
-    # Findings of every part, in the section's order.
-    codes = [f["code"] for f in section["findings"] if f["severity"] != "info"]
-    assert codes == ["item_without_model_call", "tool_call_item_unrecorded", "tool_response_item_unrecorded",
-                     "turn_in_many_traces", "mcp_call_without_tool_call",
-                     "security_event_unjoined"], codes
+    assert [f["code"] for f in section["findings"] if f["severity"] != "info"] == CODES
+
+
+def test_parts_no_worker_has_taken_yet_run_on_the_checks_connection_instead_of_waiting(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    seen = _threads_of_parts(monkeypatch)
+    # The one worker held in its first page job until the main thread has run every part.
+    real = pages.quick_check_lines
+    first = threading.Lock()
+
+    def held(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
+        if first.acquire(blocking=False):
+            deadline = time.monotonic() + 60
+            while seen.count(threading.main_thread().name) < len(identity.session_parts(None)):
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.01)
+        return real(conn, table)
+
+    monkeypatch.setattr(pages, "quick_check_lines", held)
+    report = check_ledger(damaged, page_threads=1)
+    assert report.checks["pages"].counts["method"] == "per_table"
+    assert seen == [threading.main_thread().name] * len(identity.session_parts(None))
+    assert report.checks["identity_graph"].to_json() == alone
 
 
 def test_with_a_wal_holding_pages_the_section_runs_on_the_checks_connection(

@@ -131,9 +131,11 @@ class _Job:
 
 
 class Beside:
-    """A read of the checks' snapshot run by a page-check worker on its connection
-    (``PageCheck.run_beside``): ``result()`` waits for it (or runs it on the caller's
-    connection if no worker will) and returns its value or raises what it raised."""
+    """A read of the checks' snapshot queued for the page-check workers' connections
+    (``PageCheck.run_beside``). ``result()`` returns its value or raises what it raised: it
+    waits for a worker that has taken it, or runs it on the caller's connection (same
+    snapshot) if none has yet, so a caller done with its own work never waits for a worker
+    still busy with a page job."""
 
     __slots__ = ("fn", "value", "error", "done", "taken")
 
@@ -152,9 +154,9 @@ class Beside:
         self.done.set()
 
     def result(self, check: PageCheck, conn: sqlite3.Connection) -> Any:
-        while not self.done.wait(0.05):
-            if not check._take(self):   # no worker holds it, and none will: run it here
-                self.run(conn)
+        if check._claim(self):
+            self.run(conn)
+        self.done.wait()
         if self.error is not None:
             raise self.error
         return self.value
@@ -280,19 +282,19 @@ class PageCheck:
             self._beside.extend(handles)
         return handles
 
-    def _take(self, handle: Beside) -> bool:
-        """Whether a worker has ``handle`` or will take it; if not, it is the caller's now."""
+    def _claim(self, handle: Beside) -> bool:
+        """Take ``handle`` for the caller unless a worker already has it."""
         with self._lock:
             if handle.taken:
-                return True
-            if not self._stop.is_set() and any(t.is_alive() for t in self._workers):
-                return True
+                return False
             handle.taken = True
-            return False
+            return True
 
     def _work(self, conn: sqlite3.Connection, whole_file: bool) -> None:
         while not self._stop.is_set():
             with self._lock:
+                while self._beside and self._beside[0].taken:   # the caller ran it itself
+                    self._beside.popleft()
                 beside = self._beside.popleft() if self._beside else None
                 if beside is not None:
                     beside.taken = True
