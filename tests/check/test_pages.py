@@ -15,6 +15,7 @@ import random
 import shutil
 import sqlite3
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,3 +370,18 @@ def test_a_non_empty_wal_falls_back_to_one_whole_file_quick_check(sample: Sample
         assert result.counts["threads"] == 1
     finally:
         writer.close()
+
+
+def test_a_ctrl_c_while_the_workers_start_is_that_interrupt_not_another_error(
+        sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = _fresh(tmp_path / "interrupted", sample.data)
+    real = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("capsem-page-check-"):
+            raise KeyboardInterrupt   # as SIGINT arriving just before the thread starts
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        check_pages(db, threads=2)

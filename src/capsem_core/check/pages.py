@@ -360,7 +360,8 @@ class PageCheck:
         if self._file is not None:
             self._file.cancel()
         for t in self._workers:
-            t.join()
+            if t.ident is not None:   # a Ctrl-C can land between a thread's creation and its start
+                t.join()
         for conn in self._conns:
             conn.close()   # ends its read transaction
         self._conns.clear()
