@@ -204,4 +204,23 @@ def test_ledger_verify_opens_nothing_the_open_ledger_does_not_already_hold(sampl
 def _opens_in(text: str, target: Path) -> list[str]:
     name = re.escape(f'"{target}"')
     pattern = re.compile(rf"\bopen(at)?\((AT_FDCWD, )?{name}, .*\) = \d+")
-    return [line for line in text.splitlines() if pattern.search(line)]
+    return [line for line in _whole_calls(text) if pattern.search(line)]
+
+
+_UNFINISHED = re.compile(r"^(\d+) +(.*) <unfinished \.\.\.>$")
+_RESUMED = re.compile(r"^(\d+) +<\.\.\. \w+ resumed>(.*)$")
+
+
+def _whole_calls(text: str) -> list[str]:
+    """strace -f lines with each call another thread interrupted ("<unfinished ...>", then
+    "<... openat resumed>") joined back into one line, as when no thread got in between."""
+    pending: dict[str, str] = {}
+    lines = []
+    for line in text.splitlines():
+        if m := _UNFINISHED.match(line):
+            pending[m.group(1)] = f"{m.group(1)} {m.group(2)}"
+        elif (m := _RESUMED.match(line)) and m.group(1) in pending:
+            lines.append(pending.pop(m.group(1)) + m.group(2))
+        else:
+            lines.append(line)
+    return lines
