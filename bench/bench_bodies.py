@@ -24,6 +24,7 @@ Run: ``python3 -m pytest bench/bench_bodies.py -q -s -p no:cacheprovider``.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import subprocess
@@ -46,9 +47,9 @@ def _pure_python(db: Path) -> int:
     return sum(len(b.data) for b in archived_bodies(db))
 
 
-def _read_bodies(db: Path) -> int:
+def _read_bodies(db: Path, threads: int = 1) -> int:
     with Ledger(db) as ledger:
-        batch = ledger.read_bodies(threads=1)
+        batch = ledger.read_bodies(threads=threads)
         assert batch.findings == []
         return batch.nbytes
 
@@ -89,17 +90,10 @@ def test_large_bodies_1_thread(benchmark, large):
     _run(benchmark, _bodies, large, rounds=3)
 
 
-def _read_bodies_all_cores(db: Path) -> int:
-    with Ledger(db) as ledger:
-        batch = ledger.read_bodies()
-        assert batch.findings == []
-        return batch.nbytes
-
-
 @pytest.mark.benchmark(group="bodies-large")
 def test_large_read_bodies_all_cores(benchmark, large):
     # The same read on the thread budget (one thread per core): what an embedder gets by default.
-    _run(benchmark, _read_bodies_all_cores, large, rounds=3)
+    _run(benchmark, functools.partial(_read_bodies, threads=0), large, rounds=3)
 
 
 @pytest.mark.benchmark(group="bodies-large-kernel")
