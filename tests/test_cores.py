@@ -33,22 +33,24 @@ def test_a_process_pinned_to_one_core_has_a_budget_of_one() -> None:
     assert done.stdout.split() == ["1", "1", "1"]
 
 
-@pytest.mark.parametrize("value, expected", [("1", 1), (" 3 ", 3), ("0", None), ("-2", None), ("two", None),
-                                             ("", None)])
-def test_capsem_core_threads_narrows_the_budget_and_a_bad_value_is_ignored(
+@pytest.mark.parametrize("value, expected", [("1", 1), (" 1 ", 1), ("0", None), ("-2", None), ("two", None),
+                                             ("", None), ("100000", None)])
+def test_capsem_core_threads_narrows_the_budget_never_widens_it_and_a_bad_value_is_ignored(
         monkeypatch: pytest.MonkeyPatch, value: str, expected: int | None) -> None:
     monkeypatch.setenv(cores.THREADS_ENV, value)
     assert cores.budget() == (expected if expected is not None else cores.available())
 
 
 def test_a_limit_holds_inside_its_block_only_and_an_explicit_count_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cores.THREADS_ENV, "5")
+    monkeypatch.setenv(cores.THREADS_ENV, "1")
     with cores.limit(1):
         assert cores.budget() == 1 and cores.threads(0) == 1 and cores.threads(None) == 1
         assert cores.threads(3) == 3
         with cores.limit(0):  # never below one thread
             assert cores.budget() == 1
-    assert cores.budget() == 5
+    with cores.limit(5):
+        assert cores.budget() == 5
+    assert cores.budget() == 1
 
 
 def test_a_limit_holds_on_its_own_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:

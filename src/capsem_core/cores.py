@@ -38,13 +38,16 @@ def available() -> int:
 
 def budget() -> int:
     """The threads one parallel step may use now: ``limit``'s, else ``CAPSEM_CORE_THREADS``'s
-    (a value that is not a positive integer is ignored), else ``available()``."""
+    (a cap: never more than ``available()``; a value that is not a positive integer is
+    ignored), else ``available()``."""
     limited = _limit.get()
     if limited is not None:
         return limited
     text = os.environ.get(THREADS_ENV, "").strip()
     if text.isdigit() and int(text) > 0:
-        return min(int(text), 1024)
+        # Capped: each page-check thread holds a connection of its own, so a large value on
+        # a small machine would open that many for nothing.
+        return min(int(text), available())
     return available()
 
 
