@@ -1,13 +1,33 @@
 """The session.db page map (stub of the compiled module): the whole-file half of a page
-check, read from the file's own bytes. capsem_core.check.pages runs it."""
+check, and chosen columns of a table's rows, read from the file's own bytes.
+capsem_core.check.pages runs the walk, capsem_core.check.identity_pages the row scans."""
 
 from collections.abc import Sequence
 from os import PathLike
 from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 MAX_FINDINGS: int
 MAX_DEPTH: int
 KINDS: dict[int, str]
+# records(): the column that is the rowid, an integer column's NULL, columns per scan.
+ROWID: int
+NULL_VALUE: int
+MAX_COLUMNS: int
+
+class Records(NamedTuple):
+    status: str   # "ok", "cancelled", "unreadable", "gave_up", "shrank"
+    rows: int
+    values: list[npt.NDArray[np.int64]]
+    odd: list[int]
+
+class Codes:
+    """Dense codes (1, 2, ...) of the distinct texts the scans sharing it meet."""
+    def __init__(self, seed: int) -> None: ...
+    def __len__(self) -> int: ...
+    def find(self, text: str | bytes) -> int: ...
 
 class Finding(NamedTuple):
     kind: str
@@ -37,5 +57,6 @@ class PageFile:
     def header(self) -> dict[str, Any] | None: ...
     def estimate(self, roots: Sequence[int]) -> list[int]: ...
     def walk(self, roots: Sequence[int]) -> Walk: ...
+    def records(self, root: int, columns: Sequence[tuple[int, Codes | None]]) -> Records: ...
     def cancel(self) -> None: ...
     def close(self) -> None: ...

@@ -4,8 +4,9 @@
 ``PageFile`` opens a database file read-only (no symlinks, regular files only) and maps it;
 ``walk`` follows every tree of the roots it is given, the freelist and the pointer map, and
 returns what a whole-file ``PRAGMA quick_check`` would report that per-table checks cannot;
-``estimate`` sizes each tree cheaply for ordering work. The walk runs without the GIL under
-the SIGBUS guard. Findings are raw tuples (``Finding``): the caller words them, with the
+``estimate`` sizes each tree cheaply for ordering work; ``records`` reads chosen columns of
+every row of one table tree into numpy arrays, texts as ``Codes`` (page_records.h). The walk
+and the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``): the caller words them, with the
 names it knows for each root. This module runs no SQL and imports nothing from the Python
 layer.
 """
@@ -14,7 +15,9 @@ import collections
 import errno
 import os
 
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+import numpy as np
+
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 cdef extern from "map_guard.h" nogil:
@@ -63,6 +66,32 @@ cdef extern from "page_map.h" nogil:
     void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
                               size_t nroots, uint64_t *out)
 
+cdef extern from "big_alloc.h" nogil:
+    void capsem_big_free(void *p, size_t size)
+
+cdef extern from "text_codes.h" nogil:
+    ctypedef struct capsem_codes:
+        pass
+    capsem_codes *capsem_codes_new(uint64_t seed)
+    void capsem_codes_free(capsem_codes *t)
+    uint32_t capsem_codes_count(const capsem_codes *t)
+    uint32_t capsem_codes_find(const capsem_codes *t, const uint8_t *p, uint32_t len)
+
+cdef extern from "page_records.h" nogil:
+    uint32_t CAPSEM_REC_ROWID
+    int64_t CAPSEM_REC_NULL
+    int CAPSEM_REC_MAX_COLUMNS
+    int CAPSEM_REC_OK, CAPSEM_REC_CANCELLED, CAPSEM_REC_NO_MEMORY, CAPSEM_REC_UNREADABLE, CAPSEM_REC_GAVE_UP
+    int CAPSEM_REC_SHRANK
+    ctypedef struct capsem_rec_column:
+        uint32_t column
+        capsem_codes *codes
+        int64_t *values
+        uint64_t capacity
+        uint64_t odd
+    int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
+                            capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows)
+
 if capsem_guard_install() != 0:
     raise ImportError("capsem_core._native._pages could not install its SIGBUS guard")
 
@@ -80,6 +109,15 @@ Finding = collections.namedtuple("Finding", "kind in_tree page tree source a b")
 Finding.__doc__ = ("One thing the walk found: its kind (a KINDS name), whether it is damage inside one tree "
                    "(which that tree's own quick_check reports), the page, the root of the tree walked "
                    "(0: the freelist), the page holding the reference, and two kind-specific values.")
+
+ROWID = -1
+NULL_VALUE = CAPSEM_REC_NULL
+MAX_COLUMNS = CAPSEM_REC_MAX_COLUMNS
+
+Records = collections.namedtuple("Records", "status rows values odd")
+Records.__doc__ = ("The result of PageFile.records: status (\"ok\", \"cancelled\", \"unreadable\": the tree is not one "
+                   "the scan reads, \"gave_up\": the codes met their probe bound, \"shrank\"), the row count, one "
+                   "int64 array per column asked for, and per column the values of another kind (read as NULL).")
 
 Walk = collections.namedtuple("Walk", "findings findings_total in_tree_total tree_pages btree_pages "
                                       "overflow_pages freelist_pages pointer_map_pages cancelled")
@@ -114,6 +152,85 @@ cdef uint32_t *_roots_array(roots, size_t *n) except? NULL:
     return out
 
 
+cdef class Codes:
+    """Dense codes (1, 2, ...) of the distinct texts the scans that share it meet: equal codes
+    are byte-equal texts. ``seed`` keys its hash (draw it at random). Scans sharing one run
+    one after another (a second one at once is refused)."""
+
+    cdef capsem_codes *t
+    cdef int busy
+
+    def __cinit__(self, uint64_t seed):
+        self.t = capsem_codes_new(seed)
+        if self.t == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        capsem_codes_free(self.t)
+
+    def __len__(self):
+        return capsem_codes_count(self.t)
+
+    def find(self, text):
+        """The code of ``text`` (str, UTF-8 encoded, or bytes), or 0 when no scan met it."""
+        cdef bytes raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if len(raw) > 0xFFFFFFFF:
+            return 0
+        return capsem_codes_find(self.t, <const uint8_t *><const char *>raw, <uint32_t>len(raw))
+
+
+cdef class _Values:
+    """An int64 array a scan filled (big_alloc.h), lent to numpy without a copy."""
+
+    cdef int64_t *data
+    cdef size_t capacity
+    cdef Py_ssize_t n
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+    cdef int views
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        self.shape[0] = self.n
+        self.strides[0] = sizeof(int64_t)
+        buf.buf = <void *>self.data
+        buf.obj = self
+        buf.len = self.n * sizeof(int64_t)
+        buf.readonly = 0
+        buf.itemsize = sizeof(int64_t)
+        buf.format = "q"
+        buf.ndim = 1
+        buf.shape = self.shape
+        buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+        self.views += 1
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        self.views -= 1
+
+    def __dealloc__(self):
+        capsem_big_free(self.data, self.capacity * sizeof(int64_t))
+
+
+cdef object _lend(int64_t *data, uint64_t rows, uint64_t capacity):
+    """A numpy array over ``data`` (now owned by it)."""
+    cdef _Values v = _Values.__new__(_Values)
+    v.data = data
+    v.capacity = capacity
+    v.n = <Py_ssize_t>rows
+    if rows == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.frombuffer(v, dtype=np.int64)
+
+
+cdef bint codes_busy(list codes):
+    cdef Codes c
+    for c in codes:
+        if c.busy:
+            return True
+    return False
+
+
 cdef class PageFile:
     """A database file opened read-only and mapped, for the page walk.
 
@@ -123,7 +240,8 @@ cdef class PageFile:
 
     cdef capsem_archive_file f
     cdef volatile int cancel_flag
-    cdef int busy
+    cdef int busy      # walks and scans running (each on its own thread)
+    cdef int walking
     cdef readonly object path
 
     def __cinit__(self, path):
@@ -183,7 +301,7 @@ cdef class PageFile:
     def walk(self, roots):
         """Walk the freelist, every tree of ``roots`` (sqlite_schema rootpages; include 1) and
         every page's use; returns a ``Walk``. ``cancel()`` from another thread stops it."""
-        if self.busy:
+        if self.walking:
             raise RuntimeError("a walk of this file is already running")
         cdef size_t n = 0
         cdef uint32_t *r = _roots_array(roots, &n)
@@ -195,7 +313,8 @@ cdef class PageFile:
             free(pages)
             free(w)
             raise MemoryError()
-        self.busy = 1
+        self.busy += 1
+        self.walking = 1
         try:
             with nogil:
                 rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, w)
@@ -205,17 +324,79 @@ cdef class PageFile:
                         w.in_tree_total, [pages[i] for i in range(n)], w.btree_pages, w.overflow_pages,
                         w.freelist_pages, w.ptrmap_pages, rc == 1)
         finally:
-            self.busy = 0
+            self.busy -= 1
+            self.walking = 0
             free(r)
             free(pages)
             free(w)
+
+    def records(self, uint32_t root, columns):
+        """Read chosen columns of every row of the table tree at ``root``, in rowid order.
+        ``columns``: (record column number, ``Codes`` for a text column or None for an
+        integer one) pairs, in increasing column order, ``ROWID`` anywhere. A text becomes its
+        code (0 NULL), an integer its value (``NULL_VALUE`` for NULL). Returns ``Records``.
+        May run beside a walk or another scan, never one sharing a ``Codes``; ``cancel()``
+        stops it."""
+        cdef list spec_in = [(int(c), k) for c, k in columns]
+        cdef size_t n = len(spec_in), i
+        if n > CAPSEM_REC_MAX_COLUMNS:
+            raise ValueError("at most MAX_COLUMNS columns")
+        numbered = [c for c, _k in spec_in if c != ROWID]
+        if any(b <= a for a, b in zip(numbered, numbered[1:])):
+            raise ValueError("record columns must be in increasing order")
+        cdef capsem_page_header h
+        cdef capsem_page_finding bad
+        if capsem_page_header_parse(self.f.map, self.f.size, &h, &bad) != 0:
+            return Records("unreadable", 0, [], [])
+        cdef capsem_rec_column spec[16]
+        cdef Codes codes
+        keep = []   # the Codes stay alive while the scan holds their tables
+        for i in range(n):
+            column, kind = spec_in[i]
+            if column != ROWID and not 0 <= column < 0xFFFFFFFF:
+                raise ValueError(f"column {column} is not a record column")
+            spec[i].column = CAPSEM_REC_ROWID if column == ROWID else <uint32_t>column
+            spec[i].values = NULL
+            spec[i].capacity = 0
+            spec[i].codes = NULL
+            if kind is not None:
+                codes = <Codes?>kind
+                keep.append(codes)
+                spec[i].codes = codes.t
+            if codes_busy(keep):
+                raise RuntimeError("a scan sharing these codes is running")
+        cdef uint64_t rows = 0
+        cdef int rc
+        for codes in keep:
+            codes.busy = 1
+        self.busy += 1
+        try:
+            with nogil:
+                rc = capsem_records_scan(self.f.map, self.f.size, &h, root, spec, n, &self.cancel_flag, &rows)
+            if rc == CAPSEM_REC_NO_MEMORY:
+                raise MemoryError()
+            if rc != CAPSEM_REC_OK:
+                status = {CAPSEM_REC_CANCELLED: "cancelled", CAPSEM_REC_UNREADABLE: "unreadable",
+                          CAPSEM_REC_GAVE_UP: "gave_up", CAPSEM_REC_SHRANK: "shrank"}.get(rc, "unreadable")
+                return Records(status, 0, [], [])
+            values = []
+            for i in range(n):
+                values.append(_lend(spec[i].values, rows, spec[i].capacity))
+                spec[i].values = NULL   # the array owns it now
+            return Records("ok", rows, values, [spec[i].odd for i in range(n)])
+        finally:
+            self.busy -= 1
+            for codes in keep:
+                codes.busy = 0
+            for i in range(n):
+                capsem_big_free(spec[i].values, spec[i].capacity * sizeof(int64_t))
 
     def cancel(self):
         """Stop a walk running on another thread (it returns with ``cancelled`` set)."""
         self.cancel_flag = 1
 
     def close(self):
-        """Unmap and close the file (refused while a walk runs)."""
+        """Unmap and close the file (refused while a walk or a scan runs)."""
         if self.busy:
-            raise RuntimeError("a walk of this file is running")
+            raise RuntimeError("a walk or a scan of this file is running")
         capsem_file_close(&self.f)

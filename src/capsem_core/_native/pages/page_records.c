@@ -1,0 +1,488 @@
+/* Rows of one table b-tree, read from the file (see page_records.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "big_alloc.h"
+#include "map_guard.h"
+#include "page_records.h"
+
+#define CANCEL_EVERY 256u
+#define PREFETCH 3u
+#define PREFETCH_LINES 4u
+#define FIRST_ROWS 4096u
+/* A record header longer than this is not one a ledger's tables write (each column's serial
+ * type takes at most 9 bytes). */
+#define MAX_HEADER 4096u
+/* The previous value of a text column, kept to skip the codes for runs of equal texts. */
+#define LAST_TEXT 64u
+/* Texts coded in one batch (about a leaf page's), so the memory their codes probe is asked
+ * for before it is needed: a ledger's ids are too many for the codes to stay in cache. */
+#define PENDING 2048u
+#define ARENA (64u * 1024u)
+
+typedef struct {
+    uint32_t len, have;
+    int64_t code;
+    uint8_t bytes[LAST_TEXT];
+} last_text;
+
+/* One row's payload: its local bytes on the page, then its overflow chain, read forwards. */
+typedef struct {
+    const uint8_t *local;
+    uint32_t nlocal, payload;
+    uint32_t next;       /* the next overflow page to read */
+    uint32_t chain_at;   /* payload offset of the next overflow page's content */
+    uint32_t left;       /* overflow pages the payload still needs */
+} payload;
+
+/* A text waiting for its code (see flush). */
+typedef struct {
+    uint64_t hash;
+    const uint8_t *p;
+    uint32_t len;
+    uint32_t col;
+    uint64_t row;
+    int32_t same; /* an earlier entry of the batch with the same text, or -1 */
+    int64_t code;
+} pending;
+
+typedef struct {
+    const uint8_t *map;
+    capsem_page_header h;
+    capsem_rec_column *cols;
+    size_t ncols;
+    volatile const int *cancel;
+    uint64_t rows, cap;
+    uint64_t pages;      /* b-tree and overflow pages read: at most page_count, or the tree loops */
+    uint32_t steps;
+    last_text last[CAPSEM_REC_MAX_COLUMNS];
+    int32_t prev[CAPSEM_REC_MAX_COLUMNS]; /* the batch's last entry of each column, or -1 */
+    size_t npend, arena_used;
+    pending pend[PENDING];
+    uint8_t arena[ARENA];
+    uint8_t header[MAX_HEADER];
+    uint8_t text[CAPSEM_REC_MAX_TEXT];
+} scan;
+
+static inline uint32_t get2(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static inline uint32_t get4(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline const uint8_t *page_at(const scan *s, uint32_t pgno) {
+    return s->map + (uint64_t)(pgno - 1) * s->h.page_size;
+}
+
+/* SQLite's 64-bit varint at p (at most 9 bytes, not past end): bytes read, 0 when it runs off. */
+static unsigned varint_long(const uint8_t *p, const uint8_t *end, uint64_t *out);
+
+static inline unsigned varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
+    if (p < end && p[0] < 0x80) { /* most serial types, sizes and rowids of a ledger's rows */
+        *out = p[0];
+        return 1;
+    }
+    return varint_long(p, end, out);
+}
+
+static __attribute__((noinline)) unsigned varint_long(const uint8_t *p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (unsigned i = 0; i < 9; i++) {
+        if (p + i >= end) return 0;
+        if (i == 8) {
+            *out = (v << 8) | p[i];
+            return 9;
+        }
+        v = (v << 7) | (p[i] & 0x7f);
+        if (!(p[i] & 0x80)) {
+            *out = v;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Bytes [off, off + len) of the payload (off + len <= payload, off not before what was read
+ * last): a pointer to them on the page, or copied from the overflow chain into `dst`. NULL
+ * when the chain is not as long as the payload says. */
+static const uint8_t *chain_bytes(scan *s, payload *p, uint32_t off, uint32_t len, uint8_t *dst);
+
+static inline const uint8_t *payload_bytes(scan *s, payload *p, uint32_t off, uint32_t len, uint8_t *dst) {
+    if (off + len <= p->nlocal) return p->local + off;
+    return chain_bytes(s, p, off, len, dst);
+}
+
+static __attribute__((noinline)) const uint8_t *chain_bytes(scan *s, payload *p, uint32_t off, uint32_t len,
+                                                             uint8_t *dst) {
+    uint32_t have = 0;
+    if (off < p->nlocal) {
+        have = p->nlocal - off;
+        memcpy(dst, p->local + off, have);
+    }
+    uint32_t per = s->h.usable - 4;
+    while (have < len) {
+        uint32_t at = off + have; /* the next byte wanted, in the chain */
+        while (at >= p->chain_at + per) { /* skip pages wholly before it */
+            if (!p->left || p->next < 2 || p->next > s->h.page_count || ++s->pages > s->h.page_count) return NULL;
+            p->next = get4(page_at(s, p->next));
+            p->chain_at += per;
+            p->left--;
+        }
+        if (!p->left || p->next < 2 || p->next > s->h.page_count || at < p->chain_at) return NULL;
+        const uint8_t *content = page_at(s, p->next) + 4;
+        uint32_t from = at - p->chain_at, n = per - from;
+        if (n > len - have) n = len - have;
+        memcpy(dst + have, content + from, n);
+        have += n;
+    }
+    return dst;
+}
+
+static inline uint32_t serial_size(uint64_t t) {
+    static const uint8_t fixed[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
+    return t < 12 ? fixed[t] : (uint32_t)((t - 12) / 2);
+}
+
+static int grow_rows(scan *s) {
+    uint64_t cap = s->cap ? s->cap * 2 : FIRST_ROWS;
+    for (size_t i = 0; i < s->ncols; i++) {
+        capsem_rec_column *c = &s->cols[i];
+        int64_t *v = capsem_big_realloc(c->values, c->capacity * sizeof *v, cap * sizeof *v);
+        if (!v) return CAPSEM_REC_NO_MEMORY;
+        c->values = v;
+        c->capacity = cap;
+    }
+    s->cap = cap;
+    return CAPSEM_REC_OK;
+}
+
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, uint32_t len) {
+    uint64_t x, y;
+    for (; len >= 8; a += 8, b += 8, len -= 8) {
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (uint32_t i = 0; i < len; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+/* Code the queued texts: ask for the entries their slots hold (the slots were asked for
+ * when they were queued), then add them in order. The last text of each column is kept for
+ * the next batch's runs. */
+static int flush(scan *s) {
+    for (size_t k = 0; k < s->npend; k++) {
+        const pending *q = &s->pend[k];
+        if (q->same < 0) capsem_codes_prefetch_entry(s->cols[q->col].codes, q->hash);
+    }
+    for (size_t k = 0; k < s->npend; k++) {
+        pending *q = &s->pend[k];
+        if (q->same >= 0) {
+            q->code = s->pend[q->same].code;
+        } else {
+            q->code = capsem_codes_add_hashed(s->cols[q->col].codes, q->hash, q->p, q->len);
+            if (q->code == 0) return CAPSEM_REC_NO_MEMORY;
+            if (q->code < 0) return CAPSEM_REC_GAVE_UP;
+        }
+        s->cols[q->col].values[q->row] = q->code;
+    }
+    for (size_t i = 0; i < s->ncols; i++) {
+        if (s->prev[i] < 0) continue;
+        const pending *q = &s->pend[s->prev[i]];
+        last_text *last = &s->last[i];
+        last->have = q->len <= LAST_TEXT;
+        if (last->have) {
+            memcpy(last->bytes, q->p, q->len);
+            last->len = q->len;
+            last->code = q->code;
+        }
+        s->prev[i] = -1;
+    }
+    s->npend = 0;
+    s->arena_used = 0;
+    return CAPSEM_REC_OK;
+}
+
+/* The text of column i of row `row`: its code now when it repeats the column's last text,
+ * else queued for flush(), its slot asked for. A text read from an overflow chain (in the
+ * scratch buffer) is copied to the batch's arena first. */
+static int queue_text(scan *s, size_t i, const uint8_t *bytes, uint32_t len, int local) {
+    if (s->npend == PENDING || (!local && s->arena_used + len > ARENA)) {
+        int rc = flush(s);
+        if (rc != CAPSEM_REC_OK) return rc;
+    }
+    uint64_t row = s->rows;
+    int32_t prev = s->prev[i];
+    if (prev >= 0) {
+        const pending *q = &s->pend[prev];
+        if (q->len == len && same_bytes(q->p, bytes, len)) {
+            pending *n = &s->pend[s->npend++];
+            *n = *q;
+            n->row = row;
+            n->same = q->same >= 0 ? q->same : prev;
+            return CAPSEM_REC_OK;
+        }
+    } else {
+        const last_text *last = &s->last[i];
+        if (last->have && last->len == len && same_bytes(last->bytes, bytes, len)) {
+            s->cols[i].values[row] = last->code;
+            return CAPSEM_REC_OK;
+        }
+    }
+    if (!local) {
+        memcpy(s->arena + s->arena_used, bytes, len);
+        bytes = s->arena + s->arena_used;
+        s->arena_used += len;
+    }
+    pending *n = &s->pend[s->npend];
+    n->hash = capsem_codes_hash(s->cols[i].codes, bytes, len);
+    n->p = bytes;
+    n->len = len;
+    n->col = (uint32_t)i;
+    n->row = row;
+    n->same = -1;
+    capsem_codes_prefetch(s->cols[i].codes, n->hash);
+    s->prev[i] = (int32_t)s->npend++;
+    return CAPSEM_REC_OK;
+}
+
+static int text_value(scan *s, size_t i, payload *p, uint32_t off, uint32_t len) {
+    const uint8_t *bytes = payload_bytes(s, p, off, len, s->text);
+    if (!bytes) return CAPSEM_REC_UNREADABLE;
+    return queue_text(s, i, bytes, len, bytes != s->text);
+}
+
+static int64_t int_value(const uint8_t *b, uint64_t t) {
+    if (t == 8) return 0;
+    if (t == 9) return 1;
+    unsigned n = serial_size(t);
+    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
+    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
+    return (int64_t)v;
+}
+
+/* One leaf cell at `pc` of a table leaf page: its chosen columns appended as a row. */
+static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
+    const uint8_t *end = page + s->h.usable, *q = page + pc;
+    uint64_t psize, rowid;
+    unsigned n = varint(q, end, &psize);
+    if (!n || psize > 0x7FFFFFFFu) return CAPSEM_REC_UNREADABLE;
+    q += n;
+    n = varint(q, end, &rowid);
+    if (!n) return CAPSEM_REC_UNREADABLE;
+    q += n;
+    uint32_t usable = s->h.usable, max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
+    payload p = {q, (uint32_t)psize, (uint32_t)psize, 0, 0, 0};
+    if (psize > max_local) {
+        uint32_t surplus = min_local + (uint32_t)((psize - min_local) % (usable - 4));
+        p.nlocal = surplus <= max_local ? surplus : min_local;
+        if (q + p.nlocal + 4 > end) return CAPSEM_REC_UNREADABLE;
+        p.next = get4(q + p.nlocal);
+        p.chain_at = p.nlocal;
+        p.left = (uint32_t)((psize - p.nlocal + usable - 5) / (usable - 4));
+    } else if (q + psize > end) {
+        return CAPSEM_REC_UNREADABLE;
+    }
+    if (s->rows == s->cap && grow_rows(s) != CAPSEM_REC_OK) return CAPSEM_REC_NO_MEMORY;
+
+    /* The record header: its size, then one serial type per column. */
+    uint8_t first[9];
+    uint32_t peek = p.payload < 9 ? p.payload : 9;
+    const uint8_t *hb = payload_bytes(s, &p, 0, peek, first);
+    uint64_t hsize;
+    if (!hb || !(n = varint(hb, hb + peek, &hsize)) || hsize < n || hsize > p.payload || hsize > MAX_HEADER)
+        return CAPSEM_REC_UNREADABLE;
+    const uint8_t *hdr = payload_bytes(s, &p, 0, (uint32_t)hsize, s->header);
+    if (!hdr) return CAPSEM_REC_UNREADABLE;
+    const uint8_t *ht = hdr + n, *hend = hdr + hsize;
+    uint64_t body = hsize; /* payload offset of the current column's value */
+    uint32_t column = 0;      /* the column whose serial type is t, once have_t */
+    uint64_t t = 0;
+    int have_t = 0, ended = 0; /* ended: the header holds no more serial types */
+    for (size_t i = 0; i < s->ncols; i++) {
+        capsem_rec_column *c = &s->cols[i];
+        int64_t *out = &c->values[s->rows];
+        if (c->column == CAPSEM_REC_ROWID) {
+            *out = (int64_t)rowid;
+            if (*out == CAPSEM_REC_NULL) c->odd++;
+            continue;
+        }
+        /* Advance to column c->column (columns are asked for in increasing order). */
+        while (!ended && (!have_t || column < c->column)) {
+            if (have_t) {
+                body += serial_size(t);
+                column++;
+            }
+            if (ht >= hend) {
+                ended = 1;
+                break;
+            }
+            unsigned k = varint(ht, hend, &t);
+            if (!k) return CAPSEM_REC_UNREADABLE;
+            ht += k;
+            have_t = 1;
+        }
+        if (ended) { /* past the record's end: the column's default, which this scan does not read */
+            *out = c->codes ? 0 : CAPSEM_REC_NULL;
+            c->odd++;
+            continue;
+        }
+        uint32_t size = serial_size(t);
+        if (body + size > p.payload || t == 10 || t == 11) return CAPSEM_REC_UNREADABLE;
+        if (t == 0) {
+            *out = c->codes ? 0 : CAPSEM_REC_NULL;
+        } else if (c->codes) {
+            if (t >= 13 && (t & 1) && size <= CAPSEM_REC_MAX_TEXT) {
+                int rc = text_value(s, i, &p, (uint32_t)body, size);
+                if (rc != CAPSEM_REC_OK) return rc;
+            } else {
+                *out = 0;
+                c->odd++;
+            }
+        } else if ((t >= 1 && t <= 6) || t == 8 || t == 9) {
+            uint8_t raw[8];
+            const uint8_t *b = size ? payload_bytes(s, &p, (uint32_t)body, size, raw) : raw;
+            if (!b) return CAPSEM_REC_UNREADABLE;
+            *out = int_value(b, t);
+            if (*out == CAPSEM_REC_NULL) c->odd++;
+        } else {
+            *out = CAPSEM_REC_NULL;
+            c->odd++;
+        }
+    }
+    s->rows++;
+    return CAPSEM_REC_OK;
+}
+
+static inline void prefetch_cell(const scan *s, const uint8_t *page, uint32_t pc) {
+    uint32_t last = s->h.page_size - 1; /* a power of two, less one */
+    for (uint32_t k = 0; k < PREFETCH_LINES; k++) __builtin_prefetch(page + ((pc + 64 * k) & last));
+}
+
+/* Every cell of leaf page `page`. */
+static int read_leaf(scan *s, const uint8_t *page, uint32_t hdr, uint32_t ncell) {
+    uint32_t content = get2(page + hdr + 5);
+    if (content == 0) content = 65536;
+    const uint8_t *ptr = page + hdr + 8;
+    /* Cells lie in no order the hardware can guess: ask for a few ahead of the one read,
+     * their first lines (a record's header and first columns span a few). */
+    for (uint32_t i = 0; i < ncell && i < PREFETCH; i++) prefetch_cell(s, page, get2(ptr + 2 * i));
+    for (uint32_t i = 0; i < ncell; i++) {
+        if (i + PREFETCH < ncell) prefetch_cell(s, page, get2(ptr + 2 * (i + PREFETCH)));
+        uint32_t pc = get2(ptr + 2 * i);
+        if (pc < content || pc > s->h.usable - 4) return CAPSEM_REC_UNREADABLE;
+        int rc = read_row(s, page, pc);
+        if (rc != CAPSEM_REC_OK) return rc;
+    }
+    return flush(s);
+}
+
+typedef struct {
+    uint32_t page, next;
+} frame;
+
+/* Ask for the header and cell pointers of child `i` of an interior page (the page read after
+ * the one about to be read), so a leaf's first cells can be asked for as soon as it starts. */
+static inline void prefetch_child(const scan *s, const uint8_t *ip, uint32_t ih, uint32_t n, uint32_t i) {
+    uint32_t child;
+    if (i > n) return;
+    if (i == n) {
+        child = get4(ip + ih + 8);
+    } else {
+        uint32_t pc = get2(ip + ih + 12 + 2 * i);
+        if (pc > s->h.usable - 4) return;
+        child = get4(ip + pc);
+    }
+    if (child < 1 || child > s->h.page_count) return;
+    const uint8_t *page = page_at(s, child);
+    __builtin_prefetch(page);
+    __builtin_prefetch(page + 64);
+}
+
+static int walk(scan *s, uint32_t root) {
+    frame stack[CAPSEM_PAGES_MAX_DEPTH];
+    unsigned depth = 0;
+    uint32_t pgno = root;
+    for (;;) {
+        /* Visit pgno: a leaf is read whole, an interior page pushed. */
+        if (pgno < 1 || pgno > s->h.page_count || ++s->pages > s->h.page_count) return CAPSEM_REC_UNREADABLE;
+        if (++s->steps % CANCEL_EVERY == 0 && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED;
+        const uint8_t *page = page_at(s, pgno);
+        uint32_t hdr = pgno == 1 ? 100 : 0;
+        uint8_t type = page[hdr];
+        uint32_t ncell = get2(page + hdr + 3);
+        if (ncell > (s->h.page_size - 8) / 6) return CAPSEM_REC_UNREADABLE;
+        if (type == 0x0D) {
+            int rc = read_leaf(s, page, hdr, ncell);
+            if (rc != CAPSEM_REC_OK) return rc;
+        } else if (type == 0x05) {
+            if (depth >= CAPSEM_PAGES_MAX_DEPTH) return CAPSEM_REC_UNREADABLE;
+            stack[depth].page = pgno;
+            stack[depth].next = 0;
+            depth++;
+        } else {
+            return CAPSEM_REC_UNREADABLE;
+        }
+        /* The next child: of the deepest interior page with one left. */
+        for (;;) {
+            if (depth == 0) return CAPSEM_REC_OK;
+            frame *f = &stack[depth - 1];
+            const uint8_t *ip = page_at(s, f->page);
+            uint32_t ih = f->page == 1 ? 100 : 0, n = get2(ip + ih + 3);
+            if (f->next > n) {
+                depth--;
+                continue;
+            }
+            if (f->next == n) {
+                pgno = get4(ip + ih + 8);
+            } else {
+                uint32_t content = get2(ip + ih + 5);
+                if (content == 0) content = 65536;
+                uint32_t pc = get2(ip + ih + 12 + 2 * f->next);
+                if (pc < content || pc > s->h.usable - 4) return CAPSEM_REC_UNREADABLE;
+                pgno = get4(ip + pc);
+            }
+            f->next++;
+            prefetch_child(s, ip, ih, n, f->next);
+            break;
+        }
+    }
+}
+
+int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
+                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows) {
+    *rows = 0;
+    for (size_t i = 0; i < ncols; i++) {
+        cols[i].values = NULL;
+        cols[i].capacity = 0;
+        cols[i].odd = 0;
+    }
+    if (ncols > CAPSEM_REC_MAX_COLUMNS || h->page_size < 512 || h->usable < 480 ||
+        (uint64_t)h->page_count * h->page_size > size)
+        return CAPSEM_REC_UNREADABLE;
+    for (size_t i = 1; i < ncols; i++) {
+        uint32_t a = cols[i - 1].column, b = cols[i].column;
+        if (a != CAPSEM_REC_ROWID && b != CAPSEM_REC_ROWID && a >= b) return CAPSEM_REC_UNREADABLE;
+    }
+    scan *s = calloc(1, sizeof *s);
+    if (!s) return CAPSEM_REC_NO_MEMORY;
+    s->map = map;
+    s->h = *h;
+    s->cols = cols;
+    s->ncols = ncols;
+    s->cancel = cancel;
+    for (size_t i = 0; i < CAPSEM_REC_MAX_COLUMNS; i++) s->prev[i] = -1;
+    int rc;
+    if (sigsetjmp(capsem_guard_env, 1) != 0) {
+        rc = CAPSEM_REC_SHRANK;
+    } else {
+        capsem_guard_range(map, size);
+        capsem_guard_armed = 1;
+        rc = grow_rows(s);
+        if (rc == CAPSEM_REC_OK) rc = walk(s, root);
+        capsem_guard_armed = 0;
+    }
+    *rows = s->rows;
+    free(s);
+    return rc;
+}

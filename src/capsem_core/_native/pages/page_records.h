@@ -1,0 +1,56 @@
+/* Rows of one table b-tree, read from the database file's own bytes (SQLite's file format,
+ * fileformat2 §1.5 b-tree pages, §1.6 payload and overflow, §2.1 record format): chosen
+ * columns of every row, in rowid order, into integer arrays with no SQL and no object per
+ * row. A text column becomes codes (text_codes.h), an integer column its values.
+ *
+ * It reads what a sound tree holds and nothing else: any page, cell or record that is not as
+ * SQLite writes it (a wrong page type, a cell outside its page, a chain shorter than its
+ * payload, a tree deeper than CAPSEM_PAGES_MAX_DEPTH or larger than the file) ends the scan
+ * with CAPSEM_REC_UNREADABLE, and the caller answers with SQL instead, which words the
+ * damage. A value of another kind than the column's (a text in an integer column, a blob,
+ * a real, a value past the end of a short record, a text longer than CAPSEM_REC_MAX_TEXT)
+ * is counted in the column's `odd`, so the caller never reasons about values it did not
+ * read. Every page number and length read from the file is bounded before use; the file is
+ * read under the SIGBUS guard. */
+#ifndef CAPSEM_PAGE_RECORDS_H
+#define CAPSEM_PAGE_RECORDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "page_map.h"
+#include "text_codes.h"
+
+/* The column that is the row's rowid (an INTEGER PRIMARY KEY is stored as NULL). */
+#define CAPSEM_REC_ROWID 0xFFFFFFFFu
+/* An integer column's NULL. A stored value equal to it is odd. */
+#define CAPSEM_REC_NULL INT64_MIN
+#define CAPSEM_REC_MAX_TEXT 4096u
+#define CAPSEM_REC_MAX_COLUMNS 16
+
+enum {
+    CAPSEM_REC_OK = 0,
+    CAPSEM_REC_CANCELLED = 1,
+    CAPSEM_REC_NO_MEMORY = -1,
+    CAPSEM_REC_UNREADABLE = -2, /* the tree is not one this scan reads (see above) */
+    CAPSEM_REC_GAVE_UP = -3,    /* the text codes reached their probe bound */
+    CAPSEM_REC_SHRANK = -4,     /* the file shrank while it was read */
+};
+
+typedef struct {
+    uint32_t column;  /* in: the record's column number, or CAPSEM_REC_ROWID */
+    capsem_codes *codes; /* in: a text column's codes (0 is NULL); NULL for an integer column */
+    int64_t *values;  /* out: [rows] of `capacity`, from capsem_big_alloc: the caller's to free with
+                       * capsem_big_free(values, capacity * 8), also on error */
+    uint64_t capacity;
+    uint64_t odd;     /* out: values of another kind, read as NULL */
+} capsem_rec_column;
+
+/* Scan the table tree rooted at `root` of a mapped file whose header `h` parsed. `cols`
+ * (at most CAPSEM_REC_MAX_COLUMNS) in increasing `column` order, the rowid anywhere; columns
+ * of one scan may share codes, scans sharing codes must not run at once. `*rows` receives
+ * the row count. `cancel`, when not NULL, is polled. Runs without the GIL. */
+int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
+                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows);
+
+#endif
