@@ -385,3 +385,38 @@ def test_a_ctrl_c_while_the_workers_start_is_that_interrupt_not_another_error(
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(KeyboardInterrupt):
         check_pages(db, threads=2)
+
+
+def test_a_read_queued_after_the_walk_runs_once_the_page_map_has_walked_the_file(
+        sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capsem_core import db as _db
+    from capsem_core.check import opening, pages
+    from capsem_core.check.report import CheckResult
+
+    db = _fresh(tmp_path / "after-walk", sample.data)
+    walked = threading.Event()
+    real_walk = pages.PageCheck._run_walk
+
+    def slow_walk(self: pages.PageCheck) -> None:
+        walked.wait(0.3)   # the other worker has long been free to take the queued read
+        real_walk(self)
+        walked.set()
+
+    monkeypatch.setattr(pages.PageCheck, "_run_walk", slow_walk)
+    plan = _db.read_plan(db)
+    conn = opening.open_read_only(db, plan)
+    try:
+        conn.execute("BEGIN")
+        check = pages.PageCheck.start(db, plan, conn, CheckResult("pages", "Pages"), threads=2)
+        try:
+            [after] = check.run_beside([lambda c: (walked.is_set(), threading.current_thread().name)],
+                                       after_walk=True)
+            [now] = check.run_beside([lambda c: walked.is_set()])
+            check.wait()
+            assert now.result(check, conn) is False        # taken at once, while the map walked
+            assert after.result(check, conn)[0] is True    # taken only after the walk
+            assert after.result(check, conn)[1].startswith("capsem-page-check-")
+        finally:
+            check.close()
+    finally:
+        conn.close()

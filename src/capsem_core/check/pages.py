@@ -137,10 +137,11 @@ class Beside:
     snapshot) if none has yet, so a caller done with its own work never waits for a worker
     still busy with a page job."""
 
-    __slots__ = ("fn", "value", "error", "done", "taken")
+    __slots__ = ("fn", "after_walk", "value", "error", "done", "taken")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], after_walk: bool = False) -> None:
         self.fn = fn
+        self.after_walk = after_walk
         self.value: Any = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -187,6 +188,7 @@ class PageCheck:
         self._stop = threading.Event()
         self._file: _pages.PageFile | None = None
         self._walk: _pages.Walk | None = None
+        self._walk_pending = False   # the page map is queued or running
         self._schema: _Schema | None = None
         self._early: list[str] | None = None   # damage found before any worker started
 
@@ -256,6 +258,7 @@ class PageCheck:
         jobs = [_Job(cost, name) for name, cost in sizes.items()]
         header = pages.header() or {}
         jobs.append(_Job(WALK_COST_PER_PAGE * header.get("page_count", 0), None))
+        self._walk_pending = True
         jobs.sort(key=lambda j: -j.cost)
         return jobs
 
@@ -272,12 +275,21 @@ class PageCheck:
         other reads of session.db may run on their connections (``run_beside``)."""
         return self.method == PER_TABLE and self._early is None and bool(self._workers)
 
-    def run_beside(self, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[Beside]:
+    @property
+    def page_file(self) -> _pages.PageFile | None:
+        """The mapped database file, when it is the checks' snapshot (``shares_snapshot``):
+        reads of it may run on the workers beside the walk (``run_beside``)."""
+        return self._file if self.shares_snapshot else None
+
+    def run_beside(self, fns: Sequence[Callable[[sqlite3.Connection], Any]], *,
+                   after_walk: bool = False) -> list[Beside]:
         """Queue reads to run on the workers' connections before the remaining page jobs
-        (they are the longer ones); only when ``shares_snapshot``."""
+        (they are the longer ones); only when ``shares_snapshot``. ``after_walk``: not before
+        the page map has walked the file (a read of the mapped file then finds its pages
+        already mapped); a worker takes page jobs meanwhile."""
         if not self.shares_snapshot:
             raise RuntimeError("the page check's workers do not read the checks' snapshot")
-        handles = [Beside(fn) for fn in fns]
+        handles = [Beside(fn, after_walk) for fn in fns]
         with self._lock:
             self._beside.extend(handles)
         return handles
@@ -293,9 +305,7 @@ class PageCheck:
     def _work(self, conn: sqlite3.Connection, whole_file: bool) -> None:
         while not self._stop.is_set():
             with self._lock:
-                while self._beside and self._beside[0].taken:   # the caller ran it itself
-                    self._beside.popleft()
-                beside = self._beside.popleft() if self._beside else None
+                beside = self._next_beside()
                 if beside is not None:
                     beside.taken = True
                 elif not self._jobs:
@@ -309,7 +319,11 @@ class PageCheck:
                 if whole_file:
                     job.lines = quick_check_lines(conn)
                 elif job.table is None:
-                    self._run_walk()
+                    try:
+                        self._run_walk()
+                    finally:
+                        with self._lock:
+                            self._walk_pending = False
                 else:
                     job.lines = quick_check_lines(conn, job.table)
             except BaseException as exc:   # handed to wait(), on the caller's thread
@@ -319,6 +333,17 @@ class PageCheck:
                 return
             with self._lock:
                 self._done.append(job)
+
+    def _next_beside(self) -> Beside | None:
+        """The first queued read a worker may take now (under the lock), removed from the
+        queue; reads the caller ran itself are dropped."""
+        while self._beside and self._beside[0].taken:
+            self._beside.popleft()
+        for handle in self._beside:
+            if not handle.taken and not (handle.after_walk and self._walk_pending):
+                self._beside.remove(handle)
+                return handle
+        return None
 
     def _run_walk(self) -> None:
         assert self._file is not None and self._schema is not None
