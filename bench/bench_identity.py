@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
-from capsem_core.check import check_ledger, identity, opening
+from capsem_core.check import check_ledger, identity, identity_pages, opening
 from capsem_core.check.report import CheckResult
 
 ROUNDS = 3
@@ -33,6 +33,8 @@ def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch:
     # Both ways check runs the section: on its own connection, or its parts beside the page check.
     monkeypatch.setattr(identity, "check_identity_graph", lambda conn, result, route: None)
     monkeypatch.setattr(identity, "session_parts", lambda stopped: [])
+    monkeypatch.setattr(identity_pages, "read_graph", lambda pages, conn: None)
+    monkeypatch.setattr(identity_pages, "held_parts", lambda graph: [])
     benchmark.extra_info["baseline"] = True
     benchmark.pedantic(_check, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
 

@@ -1,5 +1,6 @@
 """The identity graph on the page check's workers: where their connections read the checks'
-snapshot (no -wal holding pages) its session.db parts run there, beside the other checks, and
+snapshot (no -wal holding pages) its session.db parts run there, beside the other checks (the
+parts the mapped file's pages show to hold need no SQL; the others' SQL is queued there), and
 the section is exactly the one a run on the checks' own connection gives; otherwise (a -wal
 holding pages) it runs on the checks' connection. A part that fails fails the check."""
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
-from capsem_core.check import check_ledger, identity, opening, pages, sql_checks
+from capsem_core._native import _pages
+from capsem_core.check import check_ledger, identity, identity_pages, opening, pages, sql_checks
 from capsem_core.check.report import CHECKS, CheckResult
 from capsem_core.errors import LedgerError
 from capsem_core.sample import write_sample_ledger
@@ -70,6 +72,19 @@ def _on_one_connection(db: Path) -> dict:
         conn.close()
 
 
+def _sql_parts_run(db: Path) -> int:
+    """How many of the section's parts need their SQL on ``db``: those its pages do not show
+    to hold (identity_pages.py)."""
+    conn = opening.open_read_only(db, _db.read_plan(db))
+    pages_file = _pages.PageFile(db)
+    try:
+        conn.execute("BEGIN")
+        return identity_pages.held_parts(identity_pages.read_graph(pages_file, conn)).count(None)
+    finally:
+        pages_file.close()
+        conn.close()
+
+
 def _slowed(monkeypatch: pytest.MonkeyPatch, module: object, name: str, seconds: float) -> None:
     """The first call of ``module.name`` takes ``seconds`` longer."""
     real = getattr(module, name)
@@ -96,9 +111,11 @@ def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
     # checks: the workers take every part.
     _slowed(monkeypatch, pages, "quick_check_lines", 0.2)
     _slowed(monkeypatch, sql_checks, "check_tables", 1.0)
+    expected = _sql_parts_run(damaged)
+    assert expected >= 3   # the damage breaks at least three parts
     report = check_ledger(damaged, page_threads=2)
     assert report.checks["pages"].counts["method"] == "per_table"
-    assert len(seen) == len(identity.session_parts(None)) and all(n.startswith("capsem-page-check-") for n in seen), seen
+    assert len(seen) == expected and all(n.startswith("capsem-page-check-") for n in seen), seen
     section = report.checks["identity_graph"].to_json()
     assert section == alone
     assert [f["code"] for f in section["findings"] if f["severity"] != "info"] == CODES
@@ -107,6 +124,7 @@ def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
 def test_parts_no_worker_has_taken_yet_run_on_the_checks_connection_instead_of_waiting(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _on_one_connection(damaged)
+    expected = _sql_parts_run(damaged)
     seen = _threads_of_parts(monkeypatch)
     # The one worker held in its first page job until the main thread has run every part.
     real = pages.quick_check_lines
@@ -115,7 +133,7 @@ def test_parts_no_worker_has_taken_yet_run_on_the_checks_connection_instead_of_w
     def held(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
         if first.acquire(blocking=False):
             deadline = time.monotonic() + 60
-            while seen.count(threading.main_thread().name) < len(identity.session_parts(None)):
+            while seen.count(threading.main_thread().name) < expected:
                 assert time.monotonic() < deadline, seen
                 time.sleep(0.01)
         return real(conn, table)
@@ -123,7 +141,7 @@ def test_parts_no_worker_has_taken_yet_run_on_the_checks_connection_instead_of_w
     monkeypatch.setattr(pages, "quick_check_lines", held)
     report = check_ledger(damaged, page_threads=1)
     assert report.checks["pages"].counts["method"] == "per_table"
-    assert seen == [threading.main_thread().name] * len(identity.session_parts(None))
+    assert seen == [threading.main_thread().name] * expected
     assert report.checks["identity_graph"].to_json() == alone
 
 
@@ -146,10 +164,11 @@ def test_with_a_wal_holding_pages_the_section_runs_on_the_checks_connection(
 
 def test_a_part_that_fails_on_a_worker_fails_the_check_naming_the_file(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def locked(conn: sqlite3.Connection) -> CheckResult:
+    def locked(conn: sqlite3.Connection, result: CheckResult) -> None:
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(identity, "session_parts", lambda stopped: [locked])
+    # The damaged part's SQL runs (its pages do not hold), on a worker, and fails.
+    monkeypatch.setattr(identity, "check_model_items", locked)
     with pytest.raises(LedgerError) as exc:
         check_ledger(damaged)
     assert str(damaged) in str(exc.value) and "locked" in str(exc.value)

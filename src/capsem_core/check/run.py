@@ -17,7 +17,8 @@ import sqlite3
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.check import archive, identity, opening, pages, sql_checks
+from capsem_core._native import _pages
+from capsem_core.check import archive, identity, identity_pages, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.incremental import PendingRecord, VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
@@ -149,13 +150,31 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
 
 
 class _IdentityBeside:
-    """The identity graph's session.db parts queued on the page check's workers."""
+    """The identity graph's session.db parts on the page check's workers. Where the mapped
+    file is the snapshot, one job first decides from its pages which parts hold
+    (identity_pages.py) and queues the SQL of the others there too; else every part's SQL is
+    queued."""
 
     def __init__(self, page_check: pages.PageCheck, route: SessionRoute | None) -> None:
         self.page_check = page_check
         self.route = route
         self.row, self.why = read_route(route)
-        self.handles = page_check.run_beside(identity.session_parts(session_stopped(self.row)))
+        self.stopped = session_stopped(self.row)
+        mapped = page_check.page_file
+        if mapped is None:
+            self.handles = page_check.run_beside(identity.session_parts(self.stopped))
+            self.gate: pages.Beside | None = None
+        else:
+            self.handles = []
+            # After the page map: it has mapped every page the scan reads by then.
+            self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
+
+    def _decide(self, mapped: object, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
+        assert isinstance(mapped, _pages.PageFile)
+        held = identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
+        sql = identity.session_parts(self.stopped)
+        queued = iter(self.page_check.run_beside([sql[i] for i, part in enumerate(held) if part is None]))
+        return [part if part is not None else next(queued) for part in held]
 
     @classmethod
     def start(cls, page_check: pages.PageCheck, route: SessionRoute | None) -> _IdentityBeside | None:
@@ -164,7 +183,9 @@ class _IdentityBeside:
     def finish(self, conn: sqlite3.Connection, result: CheckResult) -> None:
         """Wait for the parts (raising what one raised) and fill the section, main.db's
         comparison last, on ``conn``."""
-        identity.merge_parts(result, [h.result(self.page_check, conn) for h in self.handles])
+        parts = self.gate.result(self.page_check, conn) if self.gate is not None else self.handles
+        identity.merge_parts(result, [p if isinstance(p, CheckResult) else p.result(self.page_check, conn)
+                                      for p in parts])
         check_route(conn, self.route, self.row, self.why, result)
 
 

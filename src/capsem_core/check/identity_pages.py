@@ -1,0 +1,386 @@
+"""The identity graph proved from session.db's own pages, where it holds.
+
+Each of the four parts of ``identity.session_parts`` is one SQL pass per table. Here the
+columns those passes join on are read once, natively, from the database file the page check
+has mapped (``PageFile.records``: no SQL, no object per row), texts as dense codes (equal
+codes are byte-equal texts), and every invariant of a part is decided on the arrays with
+numpy, with SQL's own NULL rules. A part whose invariants all hold gets the counts its SQL
+would report and no finding. A part with any break, or one that reads a column the scan
+could not read as the schema declares it (a value of another kind, a table that is not a
+plain rowid table, a collation, a damaged tree), is handed to its SQL, which words the
+findings with their examples. So the section always reads exactly as the SQL writes it; the
+arrays only spare a sound ledger the SQL.
+
+It runs only where the page check reads the checks' snapshot from the database file itself
+(``PageCheck.page_file``): then the file's pages are the snapshot's.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from capsem_core._native import _pages
+from capsem_core.check import identity
+from capsem_core.check.identity import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
+from capsem_core.check.report import CheckResult
+
+Array = npt.NDArray[np.int64]
+NULL = _pages.NULL_VALUE
+# The columns each join reads, by the domain their codes share (codes compare only within
+# one domain): event ids, tool call ids, and the short names (traces, turns, kinds, types).
+TEXT_DOMAINS = {"event_id": "event", "call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name",
+                "event_type": "name"}
+INTEGER_COLUMNS = ("id", "model_call_id")
+_SPECIFIC: dict[str, tuple[str, ...]] = {
+    "model_items": ("model_call_id", "kind", "call_id"),
+    "model_calls": ("id",),
+    "tool_calls": ("model_call_id", "call_id"),
+    "tool_responses": ("model_call_id", "call_id"),
+    **{t: ("event_type",) for t in SECURITY_TABLES},
+}
+_EVENT_ID_TABLES = frozenset(EVENT_TABLES.values()) | frozenset(SECURITY_TABLES) | {"tool_calls"}
+
+
+def wanted() -> dict[str, tuple[str, ...]]:
+    """Per table, the columns the four parts join on."""
+    out: dict[str, tuple[str, ...]] = {}
+    for table in dict.fromkeys((*TURN_TABLES, *_EVENT_ID_TABLES, *_SPECIFIC)):
+        names = list(_SPECIFIC.get(table, ()))
+        if table in TURN_TABLES:
+            names += ["trace_id", "turn_id"]
+        if table in _EVENT_ID_TABLES:
+            names.append("event_id")
+        out[table] = tuple(dict.fromkeys(names))
+    return out
+
+
+@dataclass(slots=True)
+class Table:
+    """One table's scanned columns (name -> int64 array), and the columns the scan could not
+    read as declared (their values of another kind)."""
+
+    rows: int
+    columns: dict[str, Array]
+    odd: frozenset[str]
+
+
+class Graph:
+    """The scanned columns of every table the parts read, and the codes they share."""
+
+    def __init__(self) -> None:
+        seed = int.from_bytes(os.urandom(8), "little")
+        self.codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(("event", "call", "name"))}
+        self.tables: dict[str, Table] = {}
+
+    def code(self, domain: str, text: str) -> int:
+        """The code of ``text`` in ``domain``; 0 when no scanned row holds it."""
+        return int(self.codes[domain].find(text))
+
+    def count(self, domain: str) -> int:
+        return len(self.codes[domain])
+
+
+def _declared(conn: sqlite3.Connection, table: str, names: Sequence[str]) -> list[tuple[int, str]] | None:
+    """(record column, name) of ``names`` in record order, when ``table`` is a plain table
+    whose columns have the affinity and collation the parts assume; else None."""
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    if sql is None or not isinstance(sql[0], str) or "COLLATE" in sql[0].upper() or "WITHOUT" in sql[0].upper():
+        return None
+    info = conn.execute("SELECT cid, name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    if any(hidden for *_rest, hidden in info):
+        return None
+    by_name = {name: (cid, str(kind).upper(), pk) for cid, name, kind, pk, _h in info}
+    out = []
+    for name in names:
+        if name not in by_name:
+            return None
+        cid, kind, pk = by_name[name]
+        if name == "id":
+            if pk != 1 or kind != "INTEGER" or sum(1 for *_x, p, _h in info if p) != 1:
+                return None
+            out.append((_pages.ROWID, name))
+        elif kind != ("INTEGER" if name in INTEGER_COLUMNS else "TEXT"):
+            return None
+        else:
+            out.append((cid, name))
+    return sorted(out, key=lambda c: (c[0] != _pages.ROWID, c[0]))
+
+
+def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection) -> Graph | None:
+    """Scan every table the parts read (``conn``: the checks' connection, for the schema).
+    None when the file cannot serve them (then every part runs its SQL)."""
+    if conn.execute("PRAGMA encoding").fetchone()[0] != "UTF-8":
+        return None
+    graph = Graph()
+    roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
+    for table, names in wanted().items():
+        root = roots.get(table)
+        columns = _declared(conn, table, names)
+        if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
+            return None
+        spec = [(cid, graph.codes[TEXT_DOMAINS[name]] if name in TEXT_DOMAINS else None) for cid, name in columns]
+        scanned = pages.records(root, spec)
+        if scanned.status != "ok":
+            return None
+        graph.tables[table] = Table(
+            int(scanned.rows), {name: values for (_c, name), values in zip(columns, scanned.values)},
+            frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd))
+    return graph
+
+
+# --- the parts' invariants on the arrays: True when no row breaks them -----------------------
+
+def _clean(graph: Graph, uses: dict[str, Sequence[str]]) -> bool:
+    return all(not set(names) & graph.tables[t].odd for t, names in uses.items())
+
+
+def _pair_keys(call: Array, low: Array) -> Array:
+    """One int64 per (call code, 32-bit value) pair."""
+    return (call << 32) | low
+
+
+def _in(values: Array, pool: Array) -> npt.NDArray[np.bool_]:
+    """Which ``values`` are in ``pool``: through a bitmap when the pool's values are small
+    (row ids, codes), else a sorted search."""
+    if not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    low, high = int(pool.min()), int(pool.max())
+    if low >= 0 and high < 8 * (len(pool) + len(values)) + (1 << 16):
+        bitmap = np.zeros(high + 2, dtype=bool)
+        bitmap[pool] = True
+        return bitmap[np.clip(values, -1, high + 1)]   # -1 and high + 1 index False entries
+    pool = np.unique(pool)
+    at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    found: npt.NDArray[np.bool_] = pool[at] == values
+    return found
+
+
+def _mapping(keys: Array, values: Array, size: int) -> Array | None:
+    """``out[key] = value`` over dense codes ``keys`` (< size), when each key has one value
+    (NULL where none); None when some key has two."""
+    out = np.full(size, NULL, dtype=np.int64)
+    out[keys] = values
+    return out if bool((out[keys] == values).all()) else None
+
+
+def _pairs_in(call: Array, value: Array, pool_call: Array, pool_value: Array, size: int) -> npt.NDArray[np.bool_]:
+    """Which (call, value) pairs (calls non-NULL codes < size, values 32-bit) are among the
+    pool's pairs."""
+    mapped = _mapping(pool_call, pool_value, size)
+    if mapped is not None:
+        found: npt.NDArray[np.bool_] = mapped[call] == value
+        return found
+    return _in(_pair_keys(call, value), _pair_keys(pool_call, pool_value))
+
+
+def _fits32(values: Array) -> bool:
+    return bool(((values >= 0) & (values < 1 << 32)).all())
+
+
+def _pairs(columns: dict[str, Array], chosen: npt.NDArray[np.bool_] | None = None) -> tuple[Array, Array]:
+    """The (call code, model_call_id) pairs of rows naming both with a 32-bit id."""
+    call, mcid = columns["call_id"], columns["model_call_id"]
+    keep = (call != 0) & (mcid >= 0) & (mcid < 1 << 32)
+    if chosen is not None:
+        keep &= chosen
+    return call[keep], mcid[keep]
+
+
+def model_items_hold(graph: Graph) -> bool:
+    """Invariants 1 and 2 (``identity.check_model_items``)."""
+    if not _clean(graph, {"model_items": ("model_call_id", "kind", "call_id", "trace_id"),
+                          "model_calls": ("id", "trace_id"), "tool_calls": ("model_call_id", "call_id"),
+                          "tool_responses": ("model_call_id", "call_id")}):
+        return False
+    items, calls = graph.tables["model_items"].columns, graph.tables["model_calls"].columns
+    mcid = items["model_call_id"]
+    # NOT IN: a NULL names no call unless model_calls is empty (then NOT IN is true).
+    named = mcid != NULL
+    if not _in(mcid[named], calls["id"]).all() or (not named.all() and not len(calls["id"])):
+        return False
+    size = graph.count("call") + 1
+    for kind, table in (("tool_call", "tool_calls"), ("tool_response", "tool_responses")):
+        code = graph.code("name", kind)
+        if not code:
+            continue
+        chosen = items["kind"] == code
+        call, item_mcid = items["call_id"][chosen], mcid[chosen]
+        known = (call != 0) & (item_mcid != NULL)
+        if not _fits32(item_mcid[known]):
+            return False
+        found = np.zeros(len(call), dtype=bool)
+        found[known] = _pairs_in(call[known], item_mcid[known], *_pairs(graph.tables[table].columns), size)
+        missing = ~found
+        if kind == "tool_call" and missing.any():
+            # Counted only once a later exchange of the item's trace exists.
+            later = _latest_exchange(graph)[items["trace_id"][chosen][missing]]
+            if ((later > item_mcid[missing]) & (item_mcid[missing] != NULL)).any():
+                return False
+        elif missing.any():
+            return False
+    return True
+
+
+def _latest_exchange(graph: Graph) -> Array:
+    """Per trace code, the largest model_calls id of that trace (NULL where none; index 0,
+    a NULL trace, has none)."""
+    calls = graph.tables["model_calls"].columns
+    latest = np.full(graph.count("name") + 1, NULL, dtype=np.int64)
+    traced = calls["trace_id"] != 0
+    np.maximum.at(latest, calls["trace_id"][traced], calls["id"][traced])
+    latest[0] = NULL
+    return latest
+
+
+def tool_calls_hold(graph: Graph) -> bool:
+    """Invariants 3 and 4 (``identity.check_tool_calls``)."""
+    if not _clean(graph, {"model_items": ("model_call_id", "kind", "call_id"),
+                          "tool_calls": ("model_call_id", "call_id", "trace_id"),
+                          "tool_responses": ("model_call_id", "call_id", "trace_id")}):
+        return False
+    items, calls = graph.tables["model_items"].columns, graph.tables["tool_calls"].columns
+    responses = graph.tables["tool_responses"].columns
+    size = graph.count("call") + 1
+    emitted = calls["model_call_id"] != NULL
+    if emitted.any():
+        call, mcid = calls["call_id"][emitted], calls["model_call_id"][emitted]
+        if (call == 0).any() or not _fits32(mcid):
+            return False
+        code = graph.code("name", "tool_call")
+        if not code or not _pairs_in(call, mcid, *_pairs(items, items["kind"] == code), size).all():
+            return False
+    # A response breaks when a call of its call_id and trace (IS: NULL matches NULL) was
+    # emitted by the same or a later exchange.
+    by = (calls["call_id"] != 0) & emitted
+    asked = (responses["call_id"] != 0) & (responses["model_call_id"] != NULL)
+    if not by.any() or not asked.any():
+        return True
+    call, trace, mcid = calls["call_id"][by], calls["trace_id"][by], calls["model_call_id"][by]
+    wanted_call, wanted_trace = responses["call_id"][asked], responses["trace_id"][asked]
+    trace_of = _mapping(call, trace, size)
+    if trace_of is not None:   # one trace per call_id: group by call alone
+        latest = np.full(size, NULL, dtype=np.int64)
+        np.maximum.at(latest, call, mcid)
+        same = trace_of[wanted_call] == wanted_trace
+        return not (same & (latest[wanted_call] >= responses["model_call_id"][asked])).any()
+    keys = _pair_keys(call, trace)
+    order = np.argsort(keys, kind="stable")
+    keys, ordered = keys[order], mcid[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    unique, most = keys[starts], np.maximum.reduceat(ordered, starts)
+    wanted_keys = _pair_keys(wanted_call, wanted_trace)
+    at = np.minimum(np.searchsorted(unique, wanted_keys), len(unique) - 1)
+    same = unique[at] == wanted_keys
+    return not (same & (most[at] >= responses["model_call_id"][asked])).any()
+
+
+def turns_hold(graph: Graph) -> tuple[bool, int]:
+    """Invariant 5 (``identity.check_turns``): (no turn in two traces and none without a
+    model exchange, the number of turns)."""
+    if not _clean(graph, {t: ("trace_id", "turn_id") for t in TURN_TABLES}):
+        return False, 0
+    size = graph.count("name") + 1
+    trace_of = np.zeros(size, dtype=np.int64)
+    present = np.zeros(size, dtype=bool)
+    for table in TURN_TABLES:
+        columns = graph.tables[table].columns
+        turn, trace = columns["turn_id"], columns["trace_id"]
+        present[turn] = True
+        both = (turn != 0) & (trace != 0)
+        trace_of[turn[both]] = trace[both]   # any one of each turn's traces
+    present[0] = False
+    for table in TURN_TABLES:
+        columns = graph.tables[table].columns
+        both = (columns["turn_id"] != 0) & (columns["trace_id"] != 0)
+        if (trace_of[columns["turn_id"][both]] != columns["trace_id"][both]).any():
+            return False, 0
+    exchange = np.zeros(size, dtype=bool)
+    exchange[graph.tables["model_calls"].columns["turn_id"]] = True
+    return not (present & ~exchange).any(), int(present.sum())
+
+
+def _broken_event_ids(event_ids: Array, table: Table, member: npt.NDArray[np.bool_]) -> bool:
+    """Whether ``NOT (event_id IN (SELECT event_id FROM table))`` is true for any row: a NULL
+    only against an empty table, an unknown id only when the table holds no NULL."""
+    has_null = bool((table.columns["event_id"] == 0).any())
+    named = event_ids != 0
+    if (~named).any() and table.rows == 0:
+        return True
+    return not has_null and bool((~member[event_ids[named]]).any())
+
+
+def security_holds(graph: Graph) -> tuple[bool, int]:
+    """Invariants 6 and 7 (``identity.check_security_joins``): (no break, the rule table's
+    MCP tools/call rows)."""
+    targets = sorted(set(EVENT_TABLES.values()))
+    if not _clean(graph, {**{t: ("event_id",) for t in targets},
+                          **{t: ("event_id", "event_type") for t in SECURITY_TABLES}}):
+        return False, 0
+    size = graph.count("event") + 1
+    member: dict[str, npt.NDArray[np.bool_]] = {}
+    for table in targets:
+        member[table] = np.zeros(size, dtype=bool)
+        member[table][graph.tables[table].columns["event_id"]] = True
+    mcp_code = graph.code("name", "mcp.tool_call")
+    rules = graph.tables["security_rule_events"].columns
+    mcp = (rules["event_type"] == mcp_code) if mcp_code else np.zeros(len(rules["event_type"]), dtype=bool)
+    if _broken_event_ids(rules["event_id"][mcp], graph.tables["tool_calls"], member["tool_calls"]):
+        return False, 0
+    for source in SECURITY_TABLES:
+        columns = graph.tables[source].columns
+        kinds = columns["event_type"]
+        for event_type, target in EVENT_TABLES.items():
+            code = graph.code("name", event_type)
+            if not code:
+                continue
+            chosen = kinds == code
+            if source == "security_rule_events" and event_type == "mcp.tool_call":
+                continue   # invariant 6's
+            if chosen.any() and _broken_event_ids(columns["event_id"][chosen], graph.tables[target], member[target]):
+                return False, 0
+    return True, int(mcp.sum())
+
+
+# --- the parts, as identity.session_parts runs them -------------------------------------------
+
+def _held(counts: dict[str, int]) -> CheckResult:
+    part = CheckResult("identity_graph", "")
+    part.counts.update(counts)
+    return part
+
+
+def held_parts(graph: Graph | None) -> list[CheckResult | None]:
+    """The four parts of the section in its order: each the result its SQL would give, where
+    the arrays show it holds, else None (its SQL must run: ``identity.session_parts``)."""
+    if graph is None:
+        return [None, None, None, None]
+    rows = {t: graph.tables[t].rows for t in graph.tables}
+    out: list[CheckResult | None] = [
+        _held({"model_items": rows["model_items"], "item_without_model_call": 0, "tool_call_item_unrecorded": 0,
+               "tool_response_item_unrecorded": 0}) if model_items_hold(graph) else None,
+        _held({"tool_calls": rows["tool_calls"], "tool_responses": rows["tool_responses"],
+               "tool_call_not_in_items": 0, "response_not_later": 0}) if tool_calls_hold(graph) else None]
+    held, turns = turns_hold(graph)
+    out.append(_held({"turns": turns, "turn_in_many_traces": 0, "turn_without_model_call": 0}) if held else None)
+    held, mcp = security_holds(graph)
+    out.append(_held({"mcp_security_calls": mcp, "mcp_call_without_tool_call": 0,
+                      "security_rows": sum(rows[t] for t in SECURITY_TABLES), "security_event_unjoined": 0})
+               if held else None)
+    return out
+
+
+def gated_parts(pages: _pages.PageFile, conn: sqlite3.Connection, stopped: bool | None) -> list[CheckResult]:
+    """The four parts, each from the arrays where it holds, else from its SQL on ``conn``
+    (in the snapshot whose database file ``pages`` maps), in the section's order."""
+    sql = identity.session_parts(stopped)
+    return [part if part is not None else sql[i](conn) for i, part in enumerate(held_parts(read_graph(pages, conn)))]
+
+
+__all__ = ["Graph", "Table", "gated_parts", "held_parts", "model_items_hold", "read_graph", "security_holds",
+           "tool_calls_hold", "turns_hold", "wanted"]
