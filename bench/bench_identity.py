@@ -20,7 +20,7 @@ from capsem_core import db as _db
 from capsem_core.check import check_ledger, identity, identity_pages, opening
 from capsem_core.check.report import CheckResult
 
-ROUNDS = 3
+ROUNDS = 5
 
 
 def _check(db: Path) -> None:

@@ -8,7 +8,7 @@
 
 #define CANCEL_EVERY 256u
 #define PREFETCH 3u
-#define PREFETCH_LINES 4u
+#define MAX_PREFETCH_LINES 8u
 #define FIRST_ROWS 4096u
 /* A record header longer than this is not one a ledger's tables write (each column's serial
  * type takes at most 9 bytes). */
@@ -55,6 +55,7 @@ typedef struct {
     uint64_t rows, cap;
     uint64_t pages;      /* b-tree and overflow pages read: at most page_count, or the tree loops */
     uint32_t steps;
+    uint32_t lines;      /* cache lines of a cell the last row's values spanned (prefetch_cell) */
     last_text last[CAPSEM_REC_MAX_COLUMNS];
     int32_t prev[CAPSEM_REC_MAX_COLUMNS]; /* the batch's last entry of each column, or -1 */
     size_t npend, arena_used;
@@ -350,13 +351,16 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             c->odd++;
         }
     }
+    /* How far into this cell its last value lay (on the page): the next cells' reach. */
+    uint64_t reach = (uint64_t)(p.local - (page + pc)) + (body < p.nlocal ? body : p.nlocal);
+    s->lines = (uint32_t)(reach / 64 + 1 < MAX_PREFETCH_LINES ? reach / 64 + 1 : MAX_PREFETCH_LINES);
     s->rows++;
     return CAPSEM_REC_OK;
 }
 
 static inline void prefetch_cell(const scan *s, const uint8_t *page, uint32_t pc) {
     uint32_t last = s->h.page_size - 1; /* a power of two, less one */
-    for (uint32_t k = 0; k < PREFETCH_LINES; k++) __builtin_prefetch(page + ((pc + 64 * k) & last));
+    for (uint32_t k = 0; k < s->lines; k++) __builtin_prefetch(page + ((pc + 64 * k) & last));
 }
 
 /* Every cell of leaf page `page`. */
@@ -472,6 +476,7 @@ int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_hea
     s->ncols = ncols;
     s->cancel = cancel;
     for (size_t i = 0; i < CAPSEM_REC_MAX_COLUMNS; i++) s->prev[i] = -1;
+    s->lines = 4;
     int rc;
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         rc = CAPSEM_REC_SHRANK;
