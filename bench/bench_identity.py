@@ -4,7 +4,9 @@ million-body small-body sample, in one run on the same warm ledger.
 Group ``check-identity``: the whole report with its identity graph section against the same
 report with the section left out (the baseline: ``check_identity_graph`` replaced by a no-op
 for that benchmark only), and the section alone on a connection in one read transaction, as
-check runs it. Target: the section adds at most 10% (ratio >= 0.91 in the summary line).
+check runs it (group ``identity-alone``: the section's SQL, the baseline, against its four
+session.db parts decided from the mapped file's pages, as check decides them where that file
+is the snapshot). Target: the section adds at most 10% (ratio >= 0.91 in the summary line).
 
 Run: ``python3 -m pytest bench/bench_identity.py -q -s`` (``CAPSEM_BENCH_BODIES`` overrides
 the ledger size).
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
+from capsem_core._native import _pages
 from capsem_core.check import check_ledger, identity, identity_pages, opening
 from capsem_core.check.report import CheckResult
 
@@ -60,5 +63,23 @@ def _section_alone(db: Path) -> CheckResult:
 
 @pytest.mark.benchmark(group="identity-alone")
 def test_identity_section_alone(benchmark, small: Path) -> None:
+    benchmark.extra_info["baseline"] = True
     result = benchmark.pedantic(_section_alone, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     assert result.status == "ok"
+
+
+def _parts_from_pages(db: Path) -> list[CheckResult | None]:
+    conn = opening.open_read_only(db, _db.read_plan(db))
+    mapped = _pages.PageFile(db)
+    try:
+        conn.execute("BEGIN")
+        return identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
+    finally:
+        mapped.close()
+        conn.close()
+
+
+@pytest.mark.benchmark(group="identity-alone")
+def test_identity_parts_from_the_pages_alone(benchmark, small: Path) -> None:
+    held = benchmark.pedantic(_parts_from_pages, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    assert all(part is not None for part in held)   # a sound ledger: no part needs its SQL
