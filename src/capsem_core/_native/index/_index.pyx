@@ -495,7 +495,7 @@ def scan_keys(str uri, *, int busy_ms, path=None, conn=None):
             if done:
                 break
             # More rows than COUNT(*) said (not in one transaction): grow, as scan_bodies does.
-            grown = _key_arrays(max(cap * 2, 1024))
+            grown = _key_arrays(max(cap * 2, <size_t>1024))
             for name, a in arrays.items():
                 grown[name][:a.shape[0]] = a
             arrays = grown

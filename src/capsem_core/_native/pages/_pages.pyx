@@ -143,7 +143,7 @@ cdef uint32_t *_roots_array(roots, size_t *n) except? NULL:
     cdef uint32_t *out = <uint32_t *>malloc(len(values) * sizeof(uint32_t))
     if out == NULL:
         raise MemoryError()
-    cdef size_t i
+    cdef Py_ssize_t i
     for i in range(len(values)):
         if values[i] < 0 or values[i] > 0xFFFFFFFF:
             free(out)

@@ -341,7 +341,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
                 c->odd++;
             }
         } else if ((t >= 1 && t <= 6) || t == 8 || t == 9) {
-            uint8_t raw[8];
+            uint8_t raw[8] = {0};
             const uint8_t *b = size ? payload_bytes(s, &p, (uint32_t)body, size, raw) : raw;
             if (!b) return CAPSEM_REC_UNREADABLE;
             *out = int_value(b, t);
