@@ -45,6 +45,12 @@ def damaged(sound: Path, tmp_path: Path) -> Path:
     return db
 
 
+@pytest.fixture(autouse=True)
+def decided_from_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These samples are small; check decides them from their pages as it does a large one."""
+    monkeypatch.setattr(identity_pages, "MIN_BYTES", 0)
+
+
 def _threads_of_parts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = identity.session_parts
@@ -172,6 +178,20 @@ def test_a_part_that_fails_on_a_worker_fails_the_check_naming_the_file(
     with pytest.raises(LedgerError) as exc:
         check_ledger(damaged)
     assert str(damaged) in str(exc.value) and "locked" in str(exc.value)
+
+
+def test_a_small_ledger_runs_every_parts_sql_beside_the_page_check(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    monkeypatch.setattr(identity_pages, "MIN_BYTES", damaged.stat().st_size + 1)
+    scanned: list[int] = []
+    real = identity_pages.read_graph
+    monkeypatch.setattr(identity_pages, "read_graph", lambda *a: scanned.append(1) or real(*a))
+    seen = _threads_of_parts(monkeypatch)
+    report = check_ledger(damaged, page_threads=2)
+    assert report.checks["pages"].counts["method"] == "per_table"
+    assert not scanned and len(seen) == len(identity.session_parts(None))
+    assert report.checks["identity_graph"].to_json() == alone
 
 
 def test_a_part_queued_after_the_workers_ended_runs_on_the_callers_connection(damaged: Path) -> None:

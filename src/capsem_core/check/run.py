@@ -151,9 +151,9 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
 
 class _IdentityBeside:
     """The identity graph's session.db parts on the page check's workers. Where the mapped
-    file is the snapshot, one job first decides from its pages which parts hold
-    (identity_pages.py) and queues the SQL of the others there too; else every part's SQL is
-    queued."""
+    file is the snapshot (and not small), one job first decides from its pages which parts
+    hold (identity_pages.py) and queues the SQL of the others there too; else every part's
+    SQL is queued."""
 
     def __init__(self, page_check: pages.PageCheck, route: SessionRoute | None) -> None:
         self.page_check = page_check
@@ -161,6 +161,8 @@ class _IdentityBeside:
         self.row, self.why = read_route(route)
         self.stopped = session_stopped(self.row)
         mapped = page_check.page_file
+        if mapped is not None and mapped.size < identity_pages.MIN_BYTES:
+            mapped = None   # a small ledger: its SQL is as fast
         if mapped is None:
             self.handles = page_check.run_beside(identity.session_parts(self.stopped))
             self.gate: pages.Beside | None = None
