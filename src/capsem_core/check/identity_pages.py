@@ -292,18 +292,24 @@ def turns_hold(graph: Graph) -> tuple[bool, int]:
     size = graph.count("name") + 1
     trace_of = np.zeros(size, dtype=np.int64)
     present = np.zeros(size, dtype=bool)
+    pairs = []
     for table in TURN_TABLES:
         columns = graph.tables[table].columns
         turn, trace = columns["turn_id"], columns["trace_id"]
+        if len(turn) > 1:   # rows come in runs of one turn and trace: keep each run's first
+            first = np.empty(len(turn), dtype=bool)
+            first[0] = True
+            np.not_equal(turn[1:], turn[:-1], out=first[1:])
+            first[1:] |= trace[1:] != trace[:-1]
+            turn, trace = turn[first], trace[first]
         present[turn] = True
         both = (turn != 0) & (trace != 0)
-        trace_of[turn[both]] = trace[both]   # any one of each turn's traces
+        turn, trace = turn[both], trace[both]
+        trace_of[turn] = trace   # any one of each turn's traces
+        pairs.append((turn, trace))
     present[0] = False
-    for table in TURN_TABLES:
-        columns = graph.tables[table].columns
-        both = (columns["turn_id"] != 0) & (columns["trace_id"] != 0)
-        if (trace_of[columns["turn_id"][both]] != columns["trace_id"][both]).any():
-            return False, 0
+    if any((trace_of[turn] != trace).any() for turn, trace in pairs):
+        return False, 0
     exchange = np.zeros(size, dtype=bool)
     exchange[graph.tables["model_calls"].columns["turn_id"]] = True
     return not (present & ~exchange).any(), int(present.sum())

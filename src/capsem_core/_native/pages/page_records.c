@@ -138,6 +138,18 @@ static __attribute__((noinline)) const uint8_t *chain_bytes(scan *s, payload *p,
     return dst;
 }
 
+/* The content size of serial types 0-127, the one-byte ones. */
+static const uint8_t SMALL_SIZE[128] = {
+    0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0,
+#define S2(n) (n), (n)
+    S2(0), S2(1), S2(2), S2(3), S2(4), S2(5), S2(6), S2(7), S2(8), S2(9), S2(10), S2(11), S2(12), S2(13), S2(14),
+    S2(15), S2(16), S2(17), S2(18), S2(19), S2(20), S2(21), S2(22), S2(23), S2(24), S2(25), S2(26), S2(27), S2(28),
+    S2(29), S2(30), S2(31), S2(32), S2(33), S2(34), S2(35), S2(36), S2(37), S2(38), S2(39), S2(40), S2(41), S2(42),
+    S2(43), S2(44), S2(45), S2(46), S2(47), S2(48), S2(49), S2(50), S2(51), S2(52), S2(53), S2(54), S2(55), S2(56),
+    S2(57),
+#undef S2
+};
+
 static inline uint32_t serial_size(uint64_t t) {
     static const uint8_t fixed[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
     return t < 12 ? fixed[t] : (uint32_t)((t - 12) / 2);
@@ -296,10 +308,9 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
     const uint8_t *hdr = payload_bytes(s, &p, 0, (uint32_t)hsize, s->header);
     if (!hdr) return CAPSEM_REC_UNREADABLE;
     const uint8_t *ht = hdr + n, *hend = hdr + hsize;
-    uint64_t body = hsize; /* payload offset of the current column's value */
-    uint32_t column = 0;      /* the column whose serial type is t, once have_t */
+    uint64_t body = hsize; /* payload offset of column `column`'s value */
+    uint32_t column = 0;   /* the column whose serial type ht points at */
     uint64_t t = 0;
-    int have_t = 0, ended = 0; /* ended: the header holds no more serial types */
     for (size_t i = 0; i < s->ncols; i++) {
         capsem_rec_column *c = &s->cols[i];
         int64_t *out = &c->values[s->rows];
@@ -308,20 +319,23 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             if (*out == CAPSEM_REC_NULL) c->odd++;
             continue;
         }
-        /* Advance to column c->column (columns are asked for in increasing order). */
-        while (!ended && (!have_t || column < c->column)) {
-            if (have_t) {
-                body += serial_size(t);
-                column++;
-            }
+        /* Skip to column c->column (columns are asked for in increasing order), then read
+         * its serial type. Most serial types are one byte: their sizes come from a table. */
+        int ended = 0;
+        for (;;) {
             if (ht >= hend) {
                 ended = 1;
                 break;
             }
-            unsigned k = varint(ht, hend, &t);
-            if (!k) return CAPSEM_REC_UNREADABLE;
-            ht += k;
-            have_t = 1;
+            if (*ht < 0x80) {
+                t = *ht++;
+            } else {
+                unsigned k = varint_long(ht, hend, &t);
+                if (!k) return CAPSEM_REC_UNREADABLE;
+                ht += k;
+            }
+            if (column++ == c->column) break;
+            body += t < 128 ? SMALL_SIZE[t] : serial_size(t);
         }
         if (ended) { /* past the record's end: the column's default, which this scan does not read */
             *out = c->codes ? 0 : CAPSEM_REC_NULL;
@@ -350,6 +364,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             *out = CAPSEM_REC_NULL;
             c->odd++;
         }
+        body += size; /* the next column's value follows */
     }
     /* How far into this cell its last value lay (on the page): the next cells' reach. */
     uint64_t reach = (uint64_t)(p.local - (page + pc)) + (body < p.nlocal ? body : p.nlocal);
