@@ -190,3 +190,19 @@ def test_a_database_not_in_utf8_is_left_to_sql(tmp_path: Path) -> None:
     assert identity_pages.read_graph(_pages.PageFile(db), conn) is None
     assert identity_pages.held_parts(None) == [None] * 4
     conn.close()
+
+
+def test_a_scan_stopped_midway_leaves_every_part_to_its_sql(ledger: Path) -> None:
+    # A Ctrl-C or another check's failure cancels the page check's map; the section then has
+    # no half-read arrays to reason about.
+    conn = opening.open_read_only(ledger, _db.read_plan(ledger))
+    mapped = _pages.PageFile(ledger)
+    try:
+        conn.execute("BEGIN")
+        mapped.cancel()
+        assert identity_pages.read_graph(mapped, conn) is None
+        by_sql = [part(conn) for part in identity.session_parts(None)]
+        assert _section(identity_pages.gated_parts(mapped, conn, None)) == _section(by_sql)
+    finally:
+        mapped.close()
+        conn.close()

@@ -425,7 +425,7 @@ static int walk(scan *s, uint32_t root) {
     for (;;) {
         /* Visit pgno: a leaf is read whole, an interior page pushed. */
         if (pgno < 1 || pgno > s->h.page_count || ++s->pages > s->h.page_count) return CAPSEM_REC_UNREADABLE;
-        if (++s->steps % CANCEL_EVERY == 0 && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED;
+        if (s->steps++ % CANCEL_EVERY == 0 && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED; /* from the first page on */
         const uint8_t *page = page_at(s, pgno);
         uint32_t hdr = pgno == 1 ? 100 : 0;
         uint8_t type = page[hdr];
