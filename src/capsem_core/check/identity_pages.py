@@ -54,7 +54,7 @@ _EVENT_ID_TABLES = frozenset(EVENT_TABLES.values()) | frozenset(SECURITY_TABLES)
 def wanted() -> dict[str, tuple[str, ...]]:
     """Per table, the columns the four parts join on."""
     out: dict[str, tuple[str, ...]] = {}
-    for table in dict.fromkeys((*TURN_TABLES, *_EVENT_ID_TABLES, *_SPECIFIC)):
+    for table in dict.fromkeys((*TURN_TABLES, *sorted(_EVENT_ID_TABLES), *_SPECIFIC)):   # a fixed order
         names = list(_SPECIFIC.get(table, ()))
         if table in TURN_TABLES:
             names += ["trace_id", "turn_id"]
@@ -87,6 +87,7 @@ class Graph:
         return int(self.codes[domain].find(text))
 
     def count(self, domain: str) -> int:
+        """The distinct texts ``domain`` has coded (its largest code)."""
         return len(self.codes[domain])
 
 

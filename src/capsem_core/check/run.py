@@ -168,11 +168,12 @@ class _IdentityBeside:
             self.gate: pages.Beside | None = None
         else:
             self.handles = []
+            file = mapped
             # After the page map: it has mapped every page the scan reads by then.
-            self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
+            self.gate = page_check.run_beside([lambda conn: self._decide(file, conn)], after_walk=True)[0]
 
-    def _decide(self, mapped: object, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
-        assert isinstance(mapped, _pages.PageFile)
+    def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
+        """Which parts the pages show to hold; the SQL of the others queued on the workers."""
         held = identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
         sql = identity.session_parts(self.stopped)
         queued = iter(self.page_check.run_beside([sql[i] for i, part in enumerate(held) if part is None]))
