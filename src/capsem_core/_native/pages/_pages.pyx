@@ -212,15 +212,15 @@ cdef class _Values:
         capsem_big_free(self.data, self.capacity * sizeof(int64_t))
 
 
-cdef object _lend(int64_t *data, uint64_t rows, uint64_t capacity):
-    """A numpy array over ``data`` (now owned by it)."""
+cdef object _lend(capsem_rec_column *column, uint64_t rows):
+    """A numpy array over the column's values, which it then owns (``column`` lets go of them
+    only once an owner exists, so an exception here never frees them twice)."""
     cdef _Values v = _Values.__new__(_Values)
-    v.data = data
-    v.capacity = capacity
+    v.data = column.values
+    v.capacity = column.capacity
     v.n = <Py_ssize_t>rows
-    if rows == 0:
-        return np.empty(0, dtype=np.int64)
-    return np.frombuffer(v, dtype=np.int64)
+    column.values = NULL
+    return np.frombuffer(v, dtype=np.int64) if rows else np.empty(0, dtype=np.int64)
 
 
 cdef bint codes_busy(list codes):
@@ -363,8 +363,8 @@ cdef class PageFile:
                 codes = <Codes?>kind
                 keep.append(codes)
                 spec[i].codes = codes.t
-            if codes_busy(keep):
-                raise RuntimeError("a scan sharing these codes is running")
+        if codes_busy(keep):
+            raise RuntimeError("a scan sharing these codes is running")
         cdef uint64_t rows = 0
         cdef int rc
         for codes in keep:
@@ -379,10 +379,7 @@ cdef class PageFile:
                 status = {CAPSEM_REC_CANCELLED: "cancelled", CAPSEM_REC_UNREADABLE: "unreadable",
                           CAPSEM_REC_GAVE_UP: "gave_up", CAPSEM_REC_SHRANK: "shrank"}.get(rc, "unreadable")
                 return Records(status, 0, [], [])
-            values = []
-            for i in range(n):
-                values.append(_lend(spec[i].values, rows, spec[i].capacity))
-                spec[i].values = NULL   # the array owns it now
+            values = [_lend(&spec[i], rows) for i in range(n)]
             return Records("ok", rows, values, [spec[i].odd for i in range(n)])
         finally:
             self.busy -= 1
@@ -392,7 +389,8 @@ cdef class PageFile:
                 capsem_big_free(spec[i].values, spec[i].capacity * sizeof(int64_t))
 
     def cancel(self):
-        """Stop a walk running on another thread (it returns with ``cancelled`` set)."""
+        """Stop a walk or a scan running on another thread, and every later one (a walk
+        returns with ``cancelled`` set, a scan with that status)."""
         self.cancel_flag = 1
 
     def close(self):

@@ -168,10 +168,6 @@ void capsem_codes_prefetch_entry(const capsem_codes *t, uint64_t hash) {
     if (x->code && x->code <= t->count) __builtin_prefetch(&t->entries[x->code - 1]);
 }
 
-int64_t capsem_codes_add(capsem_codes *t, const uint8_t *p, uint32_t len) {
-    return capsem_codes_add_hashed(t, text_hash(t->seed, p, len), p, len);
-}
-
 int64_t capsem_codes_add_hashed(capsem_codes *t, uint64_t h, const uint8_t *p, uint32_t len) {
     uint32_t low = (uint32_t)h;
     uint32_t s = low & t->mask;

@@ -21,15 +21,14 @@ capsem_codes *capsem_codes_new(uint64_t seed);
 void capsem_codes_free(capsem_codes *t);
 /* The number of distinct texts (the largest code). */
 uint32_t capsem_codes_count(const capsem_codes *t);
-/* The code of `len` bytes at `p`, added when new: >= 1, or 0 when memory ran out, -1 when
- * the probe bound or CAPSEM_CODES_MAX was reached. */
-int64_t capsem_codes_add(capsem_codes *t, const uint8_t *p, uint32_t len);
-/* The same in steps, so a caller can ask for the memory a batch of texts will probe before
- * it adds them: the text's hash, a prefetch of its slot, later one of the entry that slot
+/* A text is coded in steps, so a caller can ask for the memory a batch of texts will probe
+ * before it adds them: its hash, a prefetch of its slot, later one of the entry that slot
  * holds (once the slot is in cache), then the add. */
 uint64_t capsem_codes_hash(const capsem_codes *t, const uint8_t *p, uint32_t len);
 void capsem_codes_prefetch(const capsem_codes *t, uint64_t hash);
 void capsem_codes_prefetch_entry(const capsem_codes *t, uint64_t hash);
+/* The code of `len` bytes at `p` (whose hash is `hash`), added when new: >= 1, or 0 when
+ * memory ran out, -1 when the probe bound or CAPSEM_CODES_MAX was reached. */
 int64_t capsem_codes_add_hashed(capsem_codes *t, uint64_t hash, const uint8_t *p, uint32_t len);
 /* The code of a text already added, or 0. */
 uint32_t capsem_codes_find(const capsem_codes *t, const uint8_t *p, uint32_t len);
