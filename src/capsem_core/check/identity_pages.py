@@ -26,7 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 from capsem_core._native import _pages
-from capsem_core.check import identity
 from capsem_core.check.identity import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
 from capsem_core.check.report import CheckResult
 
@@ -114,7 +113,7 @@ def _declared(conn: sqlite3.Connection, table: str, names: Sequence[str]) -> lis
             return None
         else:
             out.append((cid, name))
-    return sorted(out, key=lambda c: (c[0] != _pages.ROWID, c[0]))
+    return sorted(out)   # record order (ROWID, -1, first)
 
 
 def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection) -> Graph | None:
@@ -386,12 +385,11 @@ def held_parts(graph: Graph | None) -> list[CheckResult | None]:
     return out
 
 
-def gated_parts(pages: _pages.PageFile, conn: sqlite3.Connection, stopped: bool | None) -> list[CheckResult]:
-    """The four parts, each from the arrays where it holds, else from its SQL on ``conn``
-    (in the snapshot whose database file ``pages`` maps), in the section's order."""
-    sql = identity.session_parts(stopped)
-    return [part if part is not None else sql[i](conn) for i, part in enumerate(held_parts(read_graph(pages, conn)))]
+def worth_scanning(pages: _pages.PageFile | None) -> bool:
+    """Whether check decides the section from ``pages`` (the mapped snapshot, or None): only
+    from MIN_BYTES up, where the scan costs less than the SQL it spares."""
+    return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["MIN_BYTES", "Graph", "Table", "gated_parts", "held_parts", "model_items_hold", "read_graph", "security_holds",
-           "tool_calls_hold", "turns_hold", "wanted"]
+__all__ = ["MIN_BYTES", "Graph", "Table", "held_parts", "model_items_hold", "read_graph", "security_holds",
+           "tool_calls_hold", "turns_hold", "wanted", "worth_scanning"]

@@ -161,16 +161,13 @@ class _IdentityBeside:
         self.row, self.why = read_route(route)
         self.stopped = session_stopped(self.row)
         mapped = page_check.page_file
-        if mapped is not None and mapped.size < identity_pages.MIN_BYTES:
-            mapped = None   # a small ledger: its SQL is as fast
-        if mapped is None:
-            self.handles = page_check.run_beside(identity.session_parts(self.stopped))
-            self.gate: pages.Beside | None = None
-        else:
-            self.handles = []
-            file = mapped
+        self.handles: list[pages.Beside] = []
+        self.gate: pages.Beside | None = None
+        if mapped is not None and identity_pages.worth_scanning(mapped):
             # After the page map: it has mapped every page the scan reads by then.
-            self.gate = page_check.run_beside([lambda conn: self._decide(file, conn)], after_walk=True)[0]
+            self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
+        else:
+            self.handles = page_check.run_beside(identity.session_parts(self.stopped))
 
     def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
         """Which parts the pages show to hold; the SQL of the others queued on the workers."""
