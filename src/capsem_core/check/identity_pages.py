@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,16 +140,17 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection) -> Graph | None
 
 # --- the parts' invariants on the arrays: True when no row breaks them -----------------------
 
-def _clean(graph: Graph, uses: dict[str, Sequence[str]]) -> bool:
+def clean(graph: Graph, uses: Mapping[str, Sequence[str]]) -> bool:
+    """Whether every column ``uses`` names was read as declared (no value of another kind)."""
     return all(not set(names) & graph.tables[t].odd for t, names in uses.items())
 
 
-def _pair_keys(call: Array, low: Array) -> Array:
+def pair_keys(call: Array, low: Array) -> Array:
     """One int64 per (call code, 32-bit value) pair."""
     return (call << 32) | low
 
 
-def _in(values: Array, pool: Array) -> npt.NDArray[np.bool_]:
+def member(values: Array, pool: Array) -> npt.NDArray[np.bool_]:
     """Which ``values`` are in ``pool``: through a bitmap when the pool's values are small
     (row ids, codes), else a sorted search."""
     if not len(pool):
@@ -173,14 +174,14 @@ def _mapping(keys: Array, values: Array, size: int) -> Array | None:
     return out if bool((out[keys] == values).all()) else None
 
 
-def _pairs_in(call: Array, value: Array, pool_call: Array, pool_value: Array, size: int) -> npt.NDArray[np.bool_]:
+def pairs_in(call: Array, value: Array, pool_call: Array, pool_value: Array, size: int) -> npt.NDArray[np.bool_]:
     """Which (call, value) pairs (calls non-NULL codes < size, values 32-bit) are among the
     pool's pairs."""
     mapped = _mapping(pool_call, pool_value, size)
     if mapped is not None:
         found: npt.NDArray[np.bool_] = mapped[call] == value
         return found
-    return _in(_pair_keys(call, value), _pair_keys(pool_call, pool_value))
+    return member(pair_keys(call, value), pair_keys(pool_call, pool_value))
 
 
 def _fits32(values: Array) -> bool:
@@ -198,7 +199,7 @@ def _pairs(columns: dict[str, Array], chosen: npt.NDArray[np.bool_] | None = Non
 
 def model_items_hold(graph: Graph) -> bool:
     """Invariants 1 and 2 (``identity.check_model_items``)."""
-    if not _clean(graph, {"model_items": ("model_call_id", "kind", "call_id", "trace_id"),
+    if not clean(graph, {"model_items": ("model_call_id", "kind", "call_id", "trace_id"),
                           "model_calls": ("id", "trace_id"), "tool_calls": ("model_call_id", "call_id"),
                           "tool_responses": ("model_call_id", "call_id")}):
         return False
@@ -206,7 +207,7 @@ def model_items_hold(graph: Graph) -> bool:
     mcid = items["model_call_id"]
     # NOT IN: a NULL names no call unless model_calls is empty (then NOT IN is true).
     named = mcid != NULL
-    if not _in(mcid[named], calls["id"]).all() or (not named.all() and not len(calls["id"])):
+    if not member(mcid[named], calls["id"]).all() or (not named.all() and not len(calls["id"])):
         return False
     size = graph.count("call") + 1
     for kind, table in (("tool_call", "tool_calls"), ("tool_response", "tool_responses")):
@@ -219,7 +220,7 @@ def model_items_hold(graph: Graph) -> bool:
         if not _fits32(item_mcid[known]):
             return False
         found = np.zeros(len(call), dtype=bool)
-        found[known] = _pairs_in(call[known], item_mcid[known], *_pairs(graph.tables[table].columns), size)
+        found[known] = pairs_in(call[known], item_mcid[known], *_pairs(graph.tables[table].columns), size)
         missing = ~found
         if kind == "tool_call" and missing.any():
             # Counted only once a later exchange of the item's trace exists.
@@ -244,7 +245,7 @@ def _latest_exchange(graph: Graph) -> Array:
 
 def tool_calls_hold(graph: Graph) -> bool:
     """Invariants 3 and 4 (``identity.check_tool_calls``)."""
-    if not _clean(graph, {"model_items": ("model_call_id", "kind", "call_id"),
+    if not clean(graph, {"model_items": ("model_call_id", "kind", "call_id"),
                           "tool_calls": ("model_call_id", "call_id", "trace_id"),
                           "tool_responses": ("model_call_id", "call_id", "trace_id")}):
         return False
@@ -257,7 +258,7 @@ def tool_calls_hold(graph: Graph) -> bool:
         if (call == 0).any() or not _fits32(mcid):
             return False
         code = graph.code("name", "tool_call")
-        if not code or not _pairs_in(call, mcid, *_pairs(items, items["kind"] == code), size).all():
+        if not code or not pairs_in(call, mcid, *_pairs(items, items["kind"] == code), size).all():
             return False
     # A response breaks when a call of its call_id and trace (IS: NULL matches NULL) was
     # emitted by the same or a later exchange.
@@ -273,12 +274,12 @@ def tool_calls_hold(graph: Graph) -> bool:
         np.maximum.at(latest, call, mcid)
         same = trace_of[wanted_call] == wanted_trace
         return not (same & (latest[wanted_call] >= responses["model_call_id"][asked])).any()
-    keys = _pair_keys(call, trace)
+    keys = pair_keys(call, trace)
     order = np.argsort(keys, kind="stable")
     keys, ordered = keys[order], mcid[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     unique, most = keys[starts], np.maximum.reduceat(ordered, starts)
-    wanted_keys = _pair_keys(wanted_call, wanted_trace)
+    wanted_keys = pair_keys(wanted_call, wanted_trace)
     at = np.minimum(np.searchsorted(unique, wanted_keys), len(unique) - 1)
     same = unique[at] == wanted_keys
     return not (same & (most[at] >= responses["model_call_id"][asked])).any()
@@ -287,7 +288,7 @@ def tool_calls_hold(graph: Graph) -> bool:
 def turns_hold(graph: Graph) -> tuple[bool, int]:
     """Invariant 5 (``identity.check_turns``): (no turn in two traces and none without a
     model exchange, the number of turns)."""
-    if not _clean(graph, {t: ("trace_id", "turn_id") for t in TURN_TABLES}):
+    if not clean(graph, {t: ("trace_id", "turn_id") for t in TURN_TABLES}):
         return False, 0
     size = graph.count("name") + 1
     trace_of = np.zeros(size, dtype=np.int64)
@@ -329,7 +330,7 @@ def security_holds(graph: Graph) -> tuple[bool, int]:
     """Invariants 6 and 7 (``identity.check_security_joins``): (no break, the rule table's
     MCP tools/call rows)."""
     targets = sorted(set(EVENT_TABLES.values()))
-    if not _clean(graph, {**{t: ("event_id",) for t in targets},
+    if not clean(graph, {**{t: ("event_id",) for t in targets},
                           **{t: ("event_id", "event_type") for t in SECURITY_TABLES}}):
         return False, 0
     size = graph.count("event") + 1
@@ -391,5 +392,5 @@ def worth_scanning(pages: _pages.PageFile | None) -> bool:
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["MIN_BYTES", "Graph", "Table", "held_parts", "model_items_hold", "read_graph", "security_holds",
-           "tool_calls_hold", "turns_hold", "wanted", "worth_scanning"]
+__all__ = ["MIN_BYTES", "Graph", "Table", "clean", "held_parts", "member", "model_items_hold", "pair_keys",
+           "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted", "worth_scanning"]

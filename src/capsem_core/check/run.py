@@ -18,7 +18,7 @@ from pathlib import Path
 
 from capsem_core import db, schema
 from capsem_core._native import _pages
-from capsem_core.check import archive, identity, identity_pages, opening, pages, sql_checks
+from capsem_core.check import archive, identity, identity_pages, lifecycle_pages, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
 from capsem_core.check.incremental import PendingRecord, VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
@@ -106,7 +106,8 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                       route: SessionRoute | None, options: VerifyOptions | None,
                       page_check: pages.PageCheck) -> PendingRecord | None:
     """Everything after page integrity, in the report's order (the identity graph's
-    session.db reads on the page check's workers when they read this snapshot)."""
+    session.db reads on the page check's workers when they read this snapshot, and the tool
+    lifecycle counted from the same scan where the graph is decided from the pages)."""
     checks = report.checks
     # One read transaction (begun by check_ledger) serves every read of session.db: the SQL checks
     # (a writer committing meanwhile cannot make one count disagree with another: a response
@@ -127,7 +128,10 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
         index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn)
         sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
-        sql_checks.check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
+        # Where the identity graph's scan runs, it reads the tool lifecycle's columns too.
+        lifecycle_later = graph is not None and graph.scans and sql_checks.lifecycle_tables(tables)
+        if not lifecycle_later:
+            sql_checks.check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
         sql_checks.check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
         sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
         sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
@@ -143,6 +147,8 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
             report.coverage, pending = _verify_step.verify_bodies(conn, db_path, index, verify, progress, options)
         if graph is not None:
             graph.finish(conn, checks["identity_graph"])
+            if lifecycle_later:
+                graph.fill_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
     finally:
         if index is not None:
             index.close()
@@ -152,8 +158,9 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
 class _IdentityBeside:
     """The identity graph's session.db parts on the page check's workers. Where the mapped
     file is the snapshot (and not small), one job first decides from its pages which parts
-    hold (identity_pages.py) and queues the SQL of the others there too; else every part's
-    SQL is queued."""
+    hold (identity_pages.py) and queues the SQL of the others there too, and takes the tool
+    lifecycle's counts from the same scan (lifecycle_pages.py); else every part's SQL is
+    queued."""
 
     def __init__(self, page_check: pages.PageCheck, route: SessionRoute | None) -> None:
         self.page_check = page_check
@@ -163,6 +170,7 @@ class _IdentityBeside:
         mapped = page_check.page_file
         self.handles: list[pages.Beside] = []
         self.gate: pages.Beside | None = None
+        self.lifecycle: sql_checks.Lifecycle | None = None
         if mapped is not None and identity_pages.worth_scanning(mapped):
             # After the page map: it has mapped every page the scan reads by then.
             self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
@@ -171,10 +179,17 @@ class _IdentityBeside:
 
     def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
         """Which parts the pages show to hold; the SQL of the others queued on the workers."""
-        held = identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
+        graph = identity_pages.read_graph(mapped, conn)
+        self.lifecycle = lifecycle_pages.lifecycle_from_graph(graph)
+        held = identity_pages.held_parts(graph)
         sql = identity.session_parts(self.stopped)
         queued = iter(self.page_check.run_beside([sql[i] for i, part in enumerate(held) if part is None]))
         return [part if part is not None else next(queued) for part in held]
+
+    @property
+    def scans(self) -> bool:
+        """Whether the parts are decided from the pages (then the tool lifecycle is too)."""
+        return self.gate is not None
 
     @classmethod
     def start(cls, page_check: pages.PageCheck, route: SessionRoute | None) -> _IdentityBeside | None:
@@ -187,6 +202,13 @@ class _IdentityBeside:
         identity.merge_parts(result, [p if isinstance(p, CheckResult) else p.result(self.page_check, conn)
                                       for p in parts])
         check_route(conn, self.route, self.row, self.why, result)
+
+    def fill_lifecycle(self, conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
+                       result: CheckResult) -> None:
+        """The tool lifecycle, from the scan's counts (after ``finish``), or by its SQL on
+        ``conn`` where the scan could not count it."""
+        counts = self.lifecycle if self.lifecycle is not None else sql_checks.tool_lifecycle_counts(conn, tables)
+        sql_checks.fill_tool_lifecycle(result, row_counts, counts)
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:

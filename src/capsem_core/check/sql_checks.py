@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from capsem_core.check.report import ERROR, NOTE, WARNING, CheckResult, Finding, Table, Value
 
@@ -91,12 +92,26 @@ def check_fs_overflow(conn: sqlite3.Connection, tables: set[str], result: CheckR
                            f"overflowing windows (fs_events action 'overflow')", count=int(windows)))
 
 
-def check_tool_lifecycle(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
-                          result: CheckResult) -> None:
-    if "tool_calls" not in tables or "tool_responses" not in tables:
-        result.skip("tool_calls or tool_responses is missing")
-        return
-    calls, responses = row_counts["tool_calls"], row_counts["tool_responses"]
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """The tool lifecycle's counts: calls no response answers, responses answering no call
+    (both within one trace), and calls and responses naming a model call model_calls does
+    not record (None when the ledger has no model_calls)."""
+
+    unanswered: int
+    orphaned: int
+    missing_call: int | None
+    missing_resp: int | None
+
+
+def lifecycle_tables(tables: set[str]) -> bool:
+    """Whether the ledger has the tables the tool lifecycle reads."""
+    return "tool_calls" in tables and "tool_responses" in tables
+
+
+def tool_lifecycle_counts(conn: sqlite3.Connection, tables: set[str]) -> Lifecycle:
+    """The tool lifecycle's counts, in SQL (index-backed: idx_tool_calls_call_id, the
+    responses' call_id index and model_calls' primary key)."""
     # A call and its response share call_id within one trace (IS: both may lack a trace). The
     # unary + keeps SQLite on the call_id index: a trace holds thousands of rows.
     unanswered = int(_scalar(conn, """
@@ -105,9 +120,24 @@ def check_tool_lifecycle(conn: sqlite3.Connection, tables: set[str], row_counts:
     orphaned = int(_scalar(conn, """
         SELECT COUNT(*) FROM tool_responses AS r WHERE NOT EXISTS (
             SELECT 1 FROM tool_calls AS c WHERE c.call_id = r.call_id AND +c.trace_id IS r.trace_id)"""))
+    if "model_calls" not in tables:
+        return Lifecycle(unanswered, orphaned, None, None)
+    missing_call = int(_scalar(conn, """
+        SELECT COUNT(*) FROM tool_calls AS c WHERE c.model_call_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM model_calls AS m WHERE m.id = c.model_call_id)"""))
+    missing_resp = int(_scalar(conn, """
+        SELECT COUNT(*) FROM tool_responses AS r WHERE r.model_call_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM model_calls AS m WHERE m.id = r.model_call_id)"""))
+    return Lifecycle(unanswered, orphaned, missing_call, missing_resp)
+
+
+def fill_tool_lifecycle(result: CheckResult, row_counts: dict[str, int], counts: Lifecycle) -> None:
+    """The tool lifecycle's counts and findings, from ``counts`` (however they were read)."""
+    calls, responses = row_counts["tool_calls"], row_counts["tool_responses"]
+    unanswered, orphaned = counts.unanswered, counts.orphaned
     result.counts.update(tool_calls=calls, tool_responses=responses,
                          calls_without_responses=unanswered, responses_without_calls=orphaned,
-                         calls_missing_model_call=None, responses_missing_model_call=None)
+                         calls_missing_model_call=counts.missing_call, responses_missing_model_call=counts.missing_resp)
     # A call still waiting for its result is normal mid-session: a warning, as the doctor has it.
     if unanswered:
         result.add(Finding("calls_without_responses", WARNING,
@@ -116,22 +146,22 @@ def check_tool_lifecycle(conn: sqlite3.Connection, tables: set[str], row_counts:
     if orphaned:
         result.add(Finding("responses_without_calls", ERROR,
                            f"tool_responses without calls: {orphaned}/{responses}", count=orphaned))
-    if "model_calls" in tables:
-        missing_call = int(_scalar(conn, """
-            SELECT COUNT(*) FROM tool_calls AS c WHERE c.model_call_id IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM model_calls AS m WHERE m.id = c.model_call_id)"""))
-        missing_resp = int(_scalar(conn, """
-            SELECT COUNT(*) FROM tool_responses AS r WHERE r.model_call_id IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM model_calls AS m WHERE m.id = r.model_call_id)"""))
-        result.counts.update(calls_missing_model_call=missing_call, responses_missing_model_call=missing_resp)
-        if missing_call:
-            result.add(Finding("calls_missing_model_call", ERROR,
-                               f"tool_calls naming a model call model_calls does not record: {missing_call}/{calls}",
-                               count=missing_call))
-        if missing_resp:
-            result.add(Finding("responses_missing_model_call", ERROR,
-                               f"tool_responses naming a model call model_calls does not record: "
-                               f"{missing_resp}/{responses}", count=missing_resp))
+    if counts.missing_call:
+        result.add(Finding("calls_missing_model_call", ERROR,
+                           f"tool_calls naming a model call model_calls does not record: {counts.missing_call}/{calls}",
+                           count=counts.missing_call))
+    if counts.missing_resp:
+        result.add(Finding("responses_missing_model_call", ERROR,
+                           f"tool_responses naming a model call model_calls does not record: "
+                           f"{counts.missing_resp}/{responses}", count=counts.missing_resp))
+
+
+def check_tool_lifecycle(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
+                          result: CheckResult) -> None:
+    if not lifecycle_tables(tables):
+        result.skip("tool_calls or tool_responses is missing")
+        return
+    fill_tool_lifecycle(result, row_counts, tool_lifecycle_counts(conn, tables))
 
 
 def check_provider_correlation(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
@@ -206,6 +236,7 @@ def check_previews(conn: sqlite3.Connection, tables: set[str], row_counts: dict[
         result.tables[table] = Table(cols, [list(r) for r in shown])
 
 
-__all__ = ["EXPECTED_TABLES", "MODEL_NULL_CHECKS", "PREVIEW_COLUMNS", "PROVIDER_DOMAIN_PATTERNS", "check_fs_overflow",
+__all__ = ["EXPECTED_TABLES", "MODEL_NULL_CHECKS", "Lifecycle", "PREVIEW_COLUMNS", "PROVIDER_DOMAIN_PATTERNS", "check_fs_overflow",
            "check_null_fields", "check_previews", "check_provider_correlation", "check_tables",
-           "check_tool_lifecycle", "check_tool_usage", "table_names"]
+           "check_tool_lifecycle", "check_tool_usage", "fill_tool_lifecycle", "lifecycle_tables", "table_names",
+           "tool_lifecycle_counts"]
