@@ -115,6 +115,52 @@ def test_every_row_is_read_as_sqlite_stores_it(tmp_path: Path, rows: list, page_
     db.unlink()
 
 
+HASH = "blake3:" + "0123456789abcdef" * 4
+hashes = st.one_of(values, st.just(HASH), st.just(HASH.upper()), st.just(HASH[:-1] + "g"), st.just(HASH.encode()),
+                   st.binary(min_size=32, max_size=32).map(lambda b: "blake3:" + b.hex()))
+texts_rows = st.lists(st.tuples(st.integers(min_value=0, max_value=9000), hashes, values), min_size=0, max_size=80)
+
+
+def _texts_of(got: _pages.Records, i: int) -> list[bytes | None]:
+    starts, data = got.values[i], got.data[i]
+    assert data is not None
+    ends = np.append(starts[1:], 0)
+    ends = np.where(ends < 0, -1 - ends, ends)
+    ends[-1:] = len(data)
+    return [None if start < 0 else bytes(data[start:end]) for start, end in zip(starts.tolist(), ends.tolist())]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=texts_rows, page_size=st.sampled_from([512, 4096, 65536]))
+def test_texts_come_out_end_to_end_and_hashes_as_digests_as_sqlite_stores_them(
+        tmp_path: Path, rows: list, page_size: int) -> None:
+    db = tmp_path / f"h{os.getpid()}-{len(rows)}-{page_size}.db"
+    db.unlink(missing_ok=True)
+    root = _table(db, rows, page_size)
+    got = _pages.PageFile(db).records(root, [(2, _pages.DIGEST), (3, _pages.TEXT)])
+    assert got.status == "ok" and got.rows == len(rows)
+    assert got.data[0].shape == (len(rows), 32)
+    for state, digest, (_id, kind, value) in zip(got.values[0].tolist(), got.data[0], _stored(db, "a")):
+        good = kind == "text" and len(value) == 71 and value.startswith("blake3:") and \
+            all(c in "0123456789abcdef" for c in value[7:])
+        assert state == (1 if good else 0 if kind == "text" else -1)
+        assert bytes(digest) == (bytes.fromhex(value[7:]) if good else bytes(32))
+    stored = _stored(db, "b")
+    if rows:
+        assert _texts_of(got, 1) == [value.encode() if kind == "text" else None for _id, kind, value in stored]
+    assert got.odd == [0, sum(kind not in ("text", "null") for _id, kind, _v in stored)]
+    db.unlink()
+
+
+def test_a_column_kind_the_scan_does_not_know_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    root = _table(db, [(0, "a", 1)], 4096)
+    with pytest.raises(ValueError):
+        _pages.PageFile(db).records(root, [(2, "blob")])
+    with pytest.raises(ValueError):
+        _pages.PageFile(db).records(root, [(_pages.ROWID, _pages.TEXT)])
+
+
 def test_values_on_overflow_pages_are_read_through_the_chain(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     rows = [(20000 + i, f"trace-{i % 7}", i) for i in range(300)]
@@ -214,10 +260,18 @@ def test_bytes_damaged_anywhere_in_the_tree_end_in_a_status(tmp_path: Path, hits
             fh.seek(offset % size)
             fh.write(bytes([byte]))
     codes = _pages.Codes(5)
-    got = _pages.PageFile(db).records(root, [(_pages.ROWID, None), (2, codes), (3, None)])
+    mapped = _pages.PageFile(db)
+    got = mapped.records(root, [(_pages.ROWID, None), (2, codes), (3, None)])
     assert got.status in ("ok", "unreadable")
     if got.status == "ok":
         assert all(len(v) == got.rows for v in got.values)
+    raw = mapped.records(root, [(1, _pages.TEXT), (2, _pages.DIGEST), (3, _pages.TEXT)])
+    assert raw.status in ("ok", "unreadable")
+    if raw.status == "ok":
+        assert raw.data[1].shape == (raw.rows, 32)
+        for starts, data in ((raw.values[0], raw.data[0]), (raw.values[2], raw.data[2])):
+            begun = np.where(starts < 0, -1 - starts, starts)
+            assert (np.diff(begun) >= 0).all() and (begun <= len(data)).all()
 
 
 def test_a_file_cut_short_under_the_map_shrank(tmp_path: Path) -> None:

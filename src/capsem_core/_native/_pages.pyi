@@ -1,6 +1,7 @@
 """The session.db page map (stub of the compiled module): the whole-file half of a page
 check, and chosen columns of a table's rows, read from the file's own bytes.
-capsem_core.check.pages runs the walk, capsem_core.check.identity_pages the row scans."""
+capsem_core.check.pages runs the walk; capsem_core.check.identity_pages and
+capsem_core.index_pages the row scans."""
 
 from collections.abc import Sequence
 from os import PathLike
@@ -16,12 +17,16 @@ KINDS: dict[int, str]
 ROWID: int
 NULL_VALUE: int
 MAX_COLUMNS: int
+# records(): the column kinds besides an integer (None) and a Codes.
+TEXT: str
+DIGEST: str
 
 class Records(NamedTuple):
     status: str   # "ok", "cancelled", "unreadable", "gave_up", "shrank"
     rows: int
     values: list[npt.NDArray[np.int64]]
     odd: list[int]
+    data: list[npt.NDArray[np.uint8] | None]   # TEXT: bytes end to end; DIGEST: (rows, 32)
 
 class Codes:
     """Dense codes (1, 2, ...) of the distinct texts the scans sharing it meet."""
@@ -57,6 +62,6 @@ class PageFile:
     def header(self) -> dict[str, Any] | None: ...
     def estimate(self, roots: Sequence[int]) -> list[int]: ...
     def walk(self, roots: Sequence[int]) -> Walk: ...
-    def records(self, root: int, columns: Sequence[tuple[int, Codes | None]]) -> Records: ...
+    def records(self, root: int, columns: Sequence[tuple[int, Codes | str | None]]) -> Records: ...
     def cancel(self) -> None: ...
     def close(self) -> None: ...

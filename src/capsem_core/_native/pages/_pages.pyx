@@ -83,12 +83,17 @@ cdef extern from "page_records.h" nogil:
     int CAPSEM_REC_MAX_COLUMNS
     int CAPSEM_REC_OK, CAPSEM_REC_CANCELLED, CAPSEM_REC_NO_MEMORY, CAPSEM_REC_UNREADABLE, CAPSEM_REC_GAVE_UP
     int CAPSEM_REC_SHRANK
+    int CAPSEM_REC_INTEGER, CAPSEM_REC_CODE, CAPSEM_REC_TEXT, CAPSEM_REC_DIGEST
     ctypedef struct capsem_rec_column:
         uint32_t column
+        uint32_t kind
         capsem_codes *codes
         int64_t *values
         uint64_t capacity
         uint64_t odd
+        uint8_t *bytes
+        uint64_t nbytes
+        uint64_t bytes_cap
     int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
                             capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows)
 
@@ -114,10 +119,16 @@ ROWID = -1
 NULL_VALUE = CAPSEM_REC_NULL
 MAX_COLUMNS = CAPSEM_REC_MAX_COLUMNS
 
-Records = collections.namedtuple("Records", "status rows values odd")
+# records(): the kinds of column besides an integer (None) and a Codes.
+TEXT = "text"
+DIGEST = "digest"
+
+Records = collections.namedtuple("Records", "status rows values odd data")
 Records.__doc__ = ("The result of PageFile.records: status (\"ok\", \"cancelled\", \"unreadable\": the tree is not one "
                    "the scan reads, \"gave_up\": the codes met their probe bound, \"shrank\"), the row count, one "
-                   "int64 array per column asked for, and per column the values of another kind (read as NULL).")
+                   "int64 array per column asked for, per column the values of another kind (read as NULL), and per "
+                   "column its bytes: a TEXT column's texts end to end (uint8), a DIGEST column's digests ((rows, "
+                   "32) uint8), None for the others.")
 
 Walk = collections.namedtuple("Walk", "findings findings_total in_tree_total tree_pages btree_pages "
                                       "overflow_pages freelist_pages pointer_map_pages cancelled")
@@ -180,24 +191,27 @@ cdef class Codes:
 
 
 cdef class _Values:
-    """An int64 array a scan filled (big_alloc.h), lent to numpy without a copy."""
+    """An array a scan filled (big_alloc.h: ``alloc`` bytes at ``data``), lent to numpy without
+    a copy: ``n`` items of ``itemsize`` bytes (int64 values, or the bytes of a text or digest
+    column)."""
 
-    cdef int64_t *data
-    cdef size_t capacity
+    cdef void *data
+    cdef size_t alloc
     cdef Py_ssize_t n
+    cdef Py_ssize_t itemsize
     cdef Py_ssize_t shape[1]
     cdef Py_ssize_t strides[1]
     cdef int views
 
     def __getbuffer__(self, Py_buffer *buf, int flags):
         self.shape[0] = self.n
-        self.strides[0] = sizeof(int64_t)
-        buf.buf = <void *>self.data
+        self.strides[0] = self.itemsize
+        buf.buf = self.data
         buf.obj = self
-        buf.len = self.n * sizeof(int64_t)
+        buf.len = self.n * self.itemsize
         buf.readonly = 0
-        buf.itemsize = sizeof(int64_t)
-        buf.format = "q"
+        buf.itemsize = self.itemsize
+        buf.format = "q" if self.itemsize == 8 else "B"
         buf.ndim = 1
         buf.shape = self.shape
         buf.strides = self.strides
@@ -209,18 +223,43 @@ cdef class _Values:
         self.views -= 1
 
     def __dealloc__(self):
-        capsem_big_free(self.data, self.capacity * sizeof(int64_t))
+        capsem_big_free(self.data, self.alloc)
+
+
+cdef object _owned(void *data, size_t alloc, Py_ssize_t n, Py_ssize_t itemsize):
+    cdef _Values v = _Values.__new__(_Values)
+    v.data = data
+    v.alloc = alloc
+    v.n = n
+    v.itemsize = itemsize
+    return np.frombuffer(v, dtype=np.int64 if itemsize == 8 else np.uint8)
 
 
 cdef object _lend(capsem_rec_column *column, uint64_t rows):
     """A numpy array over the column's values, which it then owns (``column`` lets go of them
     only once an owner exists, so an exception here never frees them twice)."""
-    cdef _Values v = _Values.__new__(_Values)
-    v.data = column.values
-    v.capacity = column.capacity
-    v.n = <Py_ssize_t>rows
+    if not rows:
+        return np.empty(0, dtype=np.int64)
+    out = _owned(column.values, column.capacity * sizeof(int64_t), <Py_ssize_t>rows, sizeof(int64_t))
     column.values = NULL
-    return np.frombuffer(v, dtype=np.int64) if rows else np.empty(0, dtype=np.int64)
+    return out
+
+
+cdef object _lend_bytes(capsem_rec_column *column, uint64_t rows):
+    """A TEXT column's bytes (uint8), a DIGEST column's digests ((rows, 32) uint8), None for
+    other kinds; owned as ``_lend``'s arrays are."""
+    if column.kind == CAPSEM_REC_TEXT:
+        n = <Py_ssize_t>column.nbytes
+    elif column.kind == CAPSEM_REC_DIGEST:
+        n = <Py_ssize_t>(32 * rows)
+    else:
+        return None
+    if not n:
+        out = np.empty(0, dtype=np.uint8)
+    else:
+        out = _owned(column.bytes, column.bytes_cap, n, 1)
+        column.bytes = NULL
+    return out.reshape(-1, 32) if column.kind == CAPSEM_REC_DIGEST else out
 
 
 cdef bint codes_busy(list codes):
@@ -332,11 +371,14 @@ cdef class PageFile:
 
     def records(self, uint32_t root, columns):
         """Read chosen columns of every row of the table tree at ``root``, in rowid order.
-        ``columns``: (record column number, ``Codes`` for a text column or None for an
-        integer one) pairs, in increasing column order, ``ROWID`` anywhere. A text becomes its
-        code (0 NULL), an integer its value (``NULL_VALUE`` for NULL). Returns ``Records``.
-        May run beside a walk or another scan, never one sharing a ``Codes``; ``cancel()``
-        stops it."""
+        ``columns``: (record column number, kind) pairs, in increasing column order, ``ROWID``
+        (an integer) anywhere. Kinds: None, an integer column (its value, ``NULL_VALUE`` for
+        NULL); a ``Codes``, a text column as codes (0 NULL); ``TEXT``, a text column's bytes
+        (``values[i]`` where row i's start in ``data``, ``-1 - start`` for NULL; each row's
+        bytes end where the next row's start); ``DIGEST``, a body_hash (1 for "blake3:" + 64
+        lower-case hex, its digest in ``data``; 0 another text; -1 not a text, NULL
+        included). Returns ``Records``. May run beside a walk or another scan, never one
+        sharing a ``Codes``; ``cancel()`` stops it."""
         cdef list spec_in = [(int(c), k) for c, k in columns]
         cdef size_t n = len(spec_in), i
         if n > CAPSEM_REC_MAX_COLUMNS:
@@ -347,7 +389,7 @@ cdef class PageFile:
         cdef capsem_page_header h
         cdef capsem_page_finding bad
         if capsem_page_header_parse(self.f.map, self.f.size, &h, &bad) != 0:
-            return Records("unreadable", 0, [], [])
+            return Records("unreadable", 0, [], [], [])
         cdef capsem_rec_column spec[16]
         cdef Codes codes
         keep = []   # the Codes stay alive while the scan holds their tables
@@ -355,14 +397,25 @@ cdef class PageFile:
             column, kind = spec_in[i]
             if column != ROWID and not 0 <= column < 0xFFFFFFFF:
                 raise ValueError(f"column {column} is not a record column")
+            if column == ROWID and kind is not None:
+                raise ValueError("the rowid is an integer column")
             spec[i].column = CAPSEM_REC_ROWID if column == ROWID else <uint32_t>column
             spec[i].values = NULL
             spec[i].capacity = 0
+            spec[i].bytes = NULL
+            spec[i].bytes_cap = 0
             spec[i].codes = NULL
-            if kind is not None:
+            if kind is None:
+                spec[i].kind = CAPSEM_REC_INTEGER
+            elif isinstance(kind, str):
+                if kind not in (TEXT, DIGEST):
+                    raise ValueError(f"no column kind {kind!r}")
+                spec[i].kind = CAPSEM_REC_TEXT if kind == TEXT else CAPSEM_REC_DIGEST
+            else:
                 codes = <Codes?>kind
                 keep.append(codes)
                 spec[i].codes = codes.t
+                spec[i].kind = CAPSEM_REC_CODE
         if codes_busy(keep):
             raise RuntimeError("a scan sharing these codes is running")
         cdef uint64_t rows = 0
@@ -378,15 +431,17 @@ cdef class PageFile:
             if rc != CAPSEM_REC_OK:
                 status = {CAPSEM_REC_CANCELLED: "cancelled", CAPSEM_REC_UNREADABLE: "unreadable",
                           CAPSEM_REC_GAVE_UP: "gave_up", CAPSEM_REC_SHRANK: "shrank"}.get(rc, "unreadable")
-                return Records(status, 0, [], [])
+                return Records(status, 0, [], [], [])
             values = [_lend(&spec[i], rows) for i in range(n)]
-            return Records("ok", rows, values, [spec[i].odd for i in range(n)])
+            data = [_lend_bytes(&spec[i], rows) for i in range(n)]
+            return Records("ok", rows, values, [spec[i].odd for i in range(n)], data)
         finally:
             self.busy -= 1
             for codes in keep:
                 codes.busy = 0
             for i in range(n):
                 capsem_big_free(spec[i].values, spec[i].capacity * sizeof(int64_t))
+                capsem_big_free(spec[i].bytes, spec[i].bytes_cap)
 
     def cancel(self):
         """Stop a walk or a scan running on another thread, and every later one (a walk

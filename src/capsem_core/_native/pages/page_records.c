@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "big_alloc.h"
+#include "body_hash.h"
 #include "map_guard.h"
+#include "page_payload.h"
 #include "page_records.h"
 
 #define CANCEL_EVERY 256u
@@ -26,15 +28,6 @@ typedef struct {
     uint8_t bytes[LAST_TEXT];
 } last_text;
 
-/* One row's payload: its local bytes on the page, then its overflow chain, read forwards. */
-typedef struct {
-    const uint8_t *local;
-    uint32_t nlocal, payload;
-    uint32_t next;       /* the next overflow page to read */
-    uint32_t chain_at;   /* payload offset of the next overflow page's content */
-    uint32_t left;       /* overflow pages the payload still needs */
-} payload;
-
 /* A text waiting for its code (see flush). */
 typedef struct {
     uint64_t hash;
@@ -47,13 +40,11 @@ typedef struct {
 } pending;
 
 typedef struct {
-    const uint8_t *map;
-    capsem_page_header h;
+    capsem_rec_file f;   /* f.pages: b-tree and overflow pages read: at most page_count, or the tree loops */
     capsem_rec_column *cols;
     size_t ncols;
     volatile const int *cancel;
     uint64_t rows, cap;
-    uint64_t pages;      /* b-tree and overflow pages read: at most page_count, or the tree loops */
     uint32_t steps;
     uint32_t lines;      /* cache lines of a cell the last row's values spanned (prefetch_cell) */
     last_text last[CAPSEM_REC_MAX_COLUMNS];
@@ -65,96 +56,6 @@ typedef struct {
     uint8_t text[CAPSEM_REC_MAX_TEXT];
 } scan;
 
-static inline uint32_t get2(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
-static inline uint32_t get4(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static inline const uint8_t *page_at(const scan *s, uint32_t pgno) {
-    return s->map + (uint64_t)(pgno - 1) * s->h.page_size;
-}
-
-/* SQLite's 64-bit varint at p (at most 9 bytes, not past end): bytes read, 0 when it runs off. */
-static unsigned varint_long(const uint8_t *p, const uint8_t *end, uint64_t *out);
-
-static inline unsigned varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
-    if (p < end && p[0] < 0x80) { /* most serial types, sizes and rowids of a ledger's rows */
-        *out = p[0];
-        return 1;
-    }
-    return varint_long(p, end, out);
-}
-
-static __attribute__((noinline)) unsigned varint_long(const uint8_t *p, const uint8_t *end, uint64_t *out) {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < 9; i++) {
-        if (p + i >= end) return 0;
-        if (i == 8) {
-            *out = (v << 8) | p[i];
-            return 9;
-        }
-        v = (v << 7) | (p[i] & 0x7f);
-        if (!(p[i] & 0x80)) {
-            *out = v;
-            return i + 1;
-        }
-    }
-    return 0;
-}
-
-/* Bytes [off, off + len) of the payload (off + len <= payload, off not before what was read
- * last): a pointer to them on the page, or copied from the overflow chain into `dst`. NULL
- * when the chain is not as long as the payload says. */
-static const uint8_t *chain_bytes(scan *s, payload *p, uint32_t off, uint32_t len, uint8_t *dst);
-
-static inline const uint8_t *payload_bytes(scan *s, payload *p, uint32_t off, uint32_t len, uint8_t *dst) {
-    if (off + len <= p->nlocal) return p->local + off;
-    return chain_bytes(s, p, off, len, dst);
-}
-
-static __attribute__((noinline)) const uint8_t *chain_bytes(scan *s, payload *p, uint32_t off, uint32_t len,
-                                                             uint8_t *dst) {
-    uint32_t have = 0;
-    if (off < p->nlocal) {
-        have = p->nlocal - off;
-        memcpy(dst, p->local + off, have);
-    }
-    uint32_t per = s->h.usable - 4;
-    while (have < len) {
-        uint32_t at = off + have; /* the next byte wanted, in the chain */
-        while (at >= p->chain_at + per) { /* skip pages wholly before it */
-            if (!p->left || p->next < 2 || p->next > s->h.page_count || ++s->pages > s->h.page_count) return NULL;
-            p->next = get4(page_at(s, p->next));
-            p->chain_at += per;
-            p->left--;
-        }
-        if (!p->left || p->next < 2 || p->next > s->h.page_count || at < p->chain_at) return NULL;
-        const uint8_t *content = page_at(s, p->next) + 4;
-        uint32_t from = at - p->chain_at, n = per - from;
-        if (n > len - have) n = len - have;
-        memcpy(dst + have, content + from, n);
-        have += n;
-    }
-    return dst;
-}
-
-/* The content size of serial types 0-127, the one-byte ones. */
-static const uint8_t SMALL_SIZE[128] = {
-    0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0,
-#define S2(n) (n), (n)
-    S2(0), S2(1), S2(2), S2(3), S2(4), S2(5), S2(6), S2(7), S2(8), S2(9), S2(10), S2(11), S2(12), S2(13), S2(14),
-    S2(15), S2(16), S2(17), S2(18), S2(19), S2(20), S2(21), S2(22), S2(23), S2(24), S2(25), S2(26), S2(27), S2(28),
-    S2(29), S2(30), S2(31), S2(32), S2(33), S2(34), S2(35), S2(36), S2(37), S2(38), S2(39), S2(40), S2(41), S2(42),
-    S2(43), S2(44), S2(45), S2(46), S2(47), S2(48), S2(49), S2(50), S2(51), S2(52), S2(53), S2(54), S2(55), S2(56),
-    S2(57),
-#undef S2
-};
-
-static inline uint32_t serial_size(uint64_t t) {
-    static const uint8_t fixed[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0};
-    return t < 12 ? fixed[t] : (uint32_t)((t - 12) / 2);
-}
-
 static int grow_rows(scan *s) {
     uint64_t cap = s->cap ? s->cap * 2 : FIRST_ROWS;
     for (size_t i = 0; i < s->ncols; i++) {
@@ -163,8 +64,55 @@ static int grow_rows(scan *s) {
         if (!v) return CAPSEM_REC_NO_MEMORY;
         c->values = v;
         c->capacity = cap;
+        if (c->kind == CAPSEM_REC_DIGEST) {
+            uint8_t *b = capsem_big_realloc(c->bytes, c->bytes_cap, cap * 32);
+            if (!b) return CAPSEM_REC_NO_MEMORY;
+            c->bytes = b;
+            c->bytes_cap = cap * 32;
+        }
     }
     s->cap = cap;
+    return CAPSEM_REC_OK;
+}
+
+/* Append [off, off + len) of the payload to a TEXT column's bytes: values[row] its start. */
+static int append_text(scan *s, capsem_rec_column *c, payload *p, uint32_t off, uint32_t len) {
+    c->values[s->rows] = (int64_t)c->nbytes;
+    if (len == 0) return CAPSEM_REC_OK; /* no bytes to read, and maybe no buffer yet */
+    if (c->bytes_cap - c->nbytes < len) {
+        uint64_t want = c->bytes_cap ? c->bytes_cap : ARENA;
+        while (want - c->nbytes < len) want *= 2; /* len < 2^31: a few doublings at most */
+        uint8_t *b = capsem_big_realloc(c->bytes, c->bytes_cap, want);
+        if (!b) return CAPSEM_REC_NO_MEMORY;
+        c->bytes = b;
+        c->bytes_cap = want;
+    }
+    uint8_t *dst = c->bytes + c->nbytes;
+    const uint8_t *src = capsem_payload_bytes(&s->f, p, off, len, dst);
+    if (!src) return CAPSEM_REC_UNREADABLE;
+    if (src != dst) memcpy(dst, src, len);
+    c->nbytes += len;
+    return CAPSEM_REC_OK;
+}
+
+/* A DIGEST column's value for serial type t of `size` bytes at `off` (see page_records.h). */
+static int digest_value(scan *s, capsem_rec_column *c, payload *p, uint64_t t, uint32_t off, uint32_t size) {
+    uint8_t *out = c->bytes + 32 * s->rows;
+    memset(out, 0, 32);
+    if (t < 13 || !(t & 1)) {
+        c->values[s->rows] = -1;
+        return CAPSEM_REC_OK;
+    }
+    c->values[s->rows] = 0;
+    if (size != CAPSEM_BODY_HASH_TEXT_LEN) return CAPSEM_REC_OK;
+    uint8_t text[CAPSEM_BODY_HASH_TEXT_LEN];
+    const uint8_t *b = capsem_payload_bytes(&s->f, p, off, size, text);
+    if (!b) return CAPSEM_REC_UNREADABLE;
+    if (capsem_parse_body_hash(b, (int)size, out)) {
+        c->values[s->rows] = 1;
+    } else {
+        memset(out, 0, 32);
+    }
     return CAPSEM_REC_OK;
 }
 
@@ -260,7 +208,7 @@ static int queue_text(scan *s, size_t i, const uint8_t *bytes, uint32_t len, int
 }
 
 static int text_value(scan *s, size_t i, payload *p, uint32_t off, uint32_t len) {
-    const uint8_t *bytes = payload_bytes(s, p, off, len, s->text);
+    const uint8_t *bytes = capsem_payload_bytes(&s->f, p, off, len, s->text);
     if (!bytes) return CAPSEM_REC_UNREADABLE;
     return queue_text(s, i, bytes, len, bytes != s->text);
 }
@@ -274,9 +222,23 @@ static int64_t int_value(const uint8_t *b, uint64_t t) {
     return (int64_t)v;
 }
 
+/* A NULL of column c in the row being read (a DIGEST's NULL is not a text: -1, zero bytes). */
+static void null_value(scan *s, capsem_rec_column *c) {
+    int64_t *out = &c->values[s->rows];
+    switch (c->kind) {
+    case CAPSEM_REC_CODE: *out = 0; break;
+    case CAPSEM_REC_TEXT: *out = -1 - (int64_t)c->nbytes; break;
+    case CAPSEM_REC_DIGEST:
+        *out = -1;
+        memset(c->bytes + 32 * s->rows, 0, 32);
+        break;
+    default: *out = CAPSEM_REC_NULL;
+    }
+}
+
 /* One leaf cell at `pc` of a table leaf page: its chosen columns appended as a row. */
 static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
-    const uint8_t *end = page + s->h.usable, *q = page + pc;
+    const uint8_t *end = page + s->f.h.usable, *q = page + pc;
     uint64_t psize, rowid;
     unsigned n = varint(q, end, &psize);
     if (!n || psize > 0x7FFFFFFFu) return CAPSEM_REC_UNREADABLE;
@@ -284,7 +246,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
     n = varint(q, end, &rowid);
     if (!n) return CAPSEM_REC_UNREADABLE;
     q += n;
-    uint32_t usable = s->h.usable, max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
+    uint32_t usable = s->f.h.usable, max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
     payload p = {q, (uint32_t)psize, (uint32_t)psize, 0, 0, 0};
     if (psize > max_local) {
         uint32_t surplus = min_local + (uint32_t)((psize - min_local) % (usable - 4));
@@ -301,11 +263,11 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
     /* The record header: its size, then one serial type per column. */
     uint8_t first[9];
     uint32_t peek = p.payload < 9 ? p.payload : 9;
-    const uint8_t *hb = payload_bytes(s, &p, 0, peek, first);
+    const uint8_t *hb = capsem_payload_bytes(&s->f, &p, 0, peek, first);
     uint64_t hsize;
     if (!hb || !(n = varint(hb, hb + peek, &hsize)) || hsize < n || hsize > p.payload || hsize > MAX_HEADER)
         return CAPSEM_REC_UNREADABLE;
-    const uint8_t *hdr = payload_bytes(s, &p, 0, (uint32_t)hsize, s->header);
+    const uint8_t *hdr = capsem_payload_bytes(&s->f, &p, 0, (uint32_t)hsize, s->header);
     if (!hdr) return CAPSEM_REC_UNREADABLE;
     const uint8_t *ht = hdr + n, *hend = hdr + hsize;
     uint64_t body = hsize; /* payload offset of column `column`'s value */
@@ -338,15 +300,26 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             body += t < 128 ? SMALL_SIZE[t] : serial_size(t);
         }
         if (ended) { /* past the record's end: the column's default, which this scan does not read */
-            *out = c->codes ? 0 : CAPSEM_REC_NULL;
+            null_value(s, c);
             c->odd++;
             continue;
         }
         uint32_t size = serial_size(t);
         if (body + size > p.payload || t == 10 || t == 11) return CAPSEM_REC_UNREADABLE;
-        if (t == 0) {
-            *out = c->codes ? 0 : CAPSEM_REC_NULL;
-        } else if (c->codes) {
+        if (c->kind == CAPSEM_REC_DIGEST) {
+            int rc = digest_value(s, c, &p, t, (uint32_t)body, size);
+            if (rc != CAPSEM_REC_OK) return rc;
+        } else if (t == 0) {
+            null_value(s, c);
+        } else if (c->kind == CAPSEM_REC_TEXT) {
+            if (t >= 13 && (t & 1)) {
+                int rc = append_text(s, c, &p, (uint32_t)body, size);
+                if (rc != CAPSEM_REC_OK) return rc;
+            } else {
+                null_value(s, c);
+                c->odd++;
+            }
+        } else if (c->kind == CAPSEM_REC_CODE) {
             if (t >= 13 && (t & 1) && size <= CAPSEM_REC_MAX_TEXT) {
                 int rc = text_value(s, i, &p, (uint32_t)body, size);
                 if (rc != CAPSEM_REC_OK) return rc;
@@ -356,7 +329,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             }
         } else if ((t >= 1 && t <= 6) || t == 8 || t == 9) {
             uint8_t raw[8] = {0};
-            const uint8_t *b = size ? payload_bytes(s, &p, (uint32_t)body, size, raw) : raw;
+            const uint8_t *b = size ? capsem_payload_bytes(&s->f, &p, (uint32_t)body, size, raw) : raw;
             if (!b) return CAPSEM_REC_UNREADABLE;
             *out = int_value(b, t);
             if (*out == CAPSEM_REC_NULL) c->odd++;
@@ -374,7 +347,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
 }
 
 static inline void prefetch_cell(const scan *s, const uint8_t *page, uint32_t pc) {
-    uint32_t last = s->h.page_size - 1; /* a power of two, less one */
+    uint32_t last = s->f.h.page_size - 1; /* a power of two, less one */
     for (uint32_t k = 0; k < s->lines; k++) __builtin_prefetch(page + ((pc + 64 * k) & last));
 }
 
@@ -389,7 +362,7 @@ static int read_leaf(scan *s, const uint8_t *page, uint32_t hdr, uint32_t ncell)
     for (uint32_t i = 0; i < ncell; i++) {
         if (i + PREFETCH < ncell) prefetch_cell(s, page, get2(ptr + 2 * (i + PREFETCH)));
         uint32_t pc = get2(ptr + 2 * i);
-        if (pc < content || pc > s->h.usable - 4) return CAPSEM_REC_UNREADABLE;
+        if (pc < content || pc > s->f.h.usable - 4) return CAPSEM_REC_UNREADABLE;
         int rc = read_row(s, page, pc);
         if (rc != CAPSEM_REC_OK) return rc;
     }
@@ -409,11 +382,11 @@ static inline void prefetch_child(const scan *s, const uint8_t *ip, uint32_t ih,
         child = get4(ip + ih + 8);
     } else {
         uint32_t pc = get2(ip + ih + 12 + 2 * i);
-        if (pc > s->h.usable - 4) return;
+        if (pc > s->f.h.usable - 4) return;
         child = get4(ip + pc);
     }
-    if (child < 1 || child > s->h.page_count) return;
-    const uint8_t *page = page_at(s, child);
+    if (child < 1 || child > s->f.h.page_count) return;
+    const uint8_t *page = capsem_rec_page(&s->f, child);
     __builtin_prefetch(page);
     __builtin_prefetch(page + 64);
 }
@@ -424,13 +397,13 @@ static int walk(scan *s, uint32_t root) {
     uint32_t pgno = root;
     for (;;) {
         /* Visit pgno: a leaf is read whole, an interior page pushed. */
-        if (pgno < 1 || pgno > s->h.page_count || ++s->pages > s->h.page_count) return CAPSEM_REC_UNREADABLE;
+        if (pgno < 1 || pgno > s->f.h.page_count || ++s->f.pages > s->f.h.page_count) return CAPSEM_REC_UNREADABLE;
         if (s->steps++ % CANCEL_EVERY == 0 && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED; /* from the first page on */
-        const uint8_t *page = page_at(s, pgno);
+        const uint8_t *page = capsem_rec_page(&s->f, pgno);
         uint32_t hdr = pgno == 1 ? 100 : 0;
         uint8_t type = page[hdr];
         uint32_t ncell = get2(page + hdr + 3);
-        if (ncell > (s->h.page_size - 8) / 6) return CAPSEM_REC_UNREADABLE;
+        if (ncell > (s->f.h.page_size - 8) / 6) return CAPSEM_REC_UNREADABLE;
         if (type == 0x0D) {
             int rc = read_leaf(s, page, hdr, ncell);
             if (rc != CAPSEM_REC_OK) return rc;
@@ -446,7 +419,7 @@ static int walk(scan *s, uint32_t root) {
         for (;;) {
             if (depth == 0) return CAPSEM_REC_OK;
             frame *f = &stack[depth - 1];
-            const uint8_t *ip = page_at(s, f->page);
+            const uint8_t *ip = capsem_rec_page(&s->f, f->page);
             uint32_t ih = f->page == 1 ? 100 : 0, n = get2(ip + ih + 3);
             if (f->next > n) {
                 depth--;
@@ -458,7 +431,7 @@ static int walk(scan *s, uint32_t root) {
                 uint32_t content = get2(ip + ih + 5);
                 if (content == 0) content = 65536;
                 uint32_t pc = get2(ip + ih + 12 + 2 * f->next);
-                if (pc < content || pc > s->h.usable - 4) return CAPSEM_REC_UNREADABLE;
+                if (pc < content || pc > s->f.h.usable - 4) return CAPSEM_REC_UNREADABLE;
                 pgno = get4(ip + pc);
             }
             f->next++;
@@ -475,6 +448,11 @@ int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_hea
         cols[i].values = NULL;
         cols[i].capacity = 0;
         cols[i].odd = 0;
+        cols[i].bytes = NULL;
+        cols[i].nbytes = cols[i].bytes_cap = 0;
+        if (cols[i].kind > CAPSEM_REC_DIGEST || (cols[i].kind == CAPSEM_REC_CODE) != (cols[i].codes != NULL) ||
+            (cols[i].column == CAPSEM_REC_ROWID && cols[i].kind != CAPSEM_REC_INTEGER))
+            return CAPSEM_REC_UNREADABLE;
     }
     if (ncols > CAPSEM_REC_MAX_COLUMNS || h->page_size < 512 || h->usable < 480 ||
         (uint64_t)h->page_count * h->page_size > size)
@@ -485,8 +463,8 @@ int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_hea
     }
     scan *s = calloc(1, sizeof *s);
     if (!s) return CAPSEM_REC_NO_MEMORY;
-    s->map = map;
-    s->h = *h;
+    s->f.map = map;
+    s->f.h = *h;
     s->cols = cols;
     s->ncols = ncols;
     s->cancel = cancel;

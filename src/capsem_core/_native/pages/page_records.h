@@ -1,7 +1,8 @@
 /* Rows of one table b-tree, read from the database file's own bytes (SQLite's file format,
  * fileformat2 §1.5 b-tree pages, §1.6 payload and overflow, §2.1 record format): chosen
  * columns of every row, in rowid order, into integer arrays with no SQL and no object per
- * row. A text column becomes codes (text_codes.h), an integer column its values.
+ * row. A text column becomes codes (text_codes.h) or its bytes end to end, a body_hash its
+ * digest, an integer column its values.
  *
  * It reads what a sound tree holds and nothing else: any page, cell or record that is not as
  * SQLite writes it (a wrong page type, a cell outside its page, a chain shorter than its
@@ -25,6 +26,7 @@
 #define CAPSEM_REC_ROWID 0xFFFFFFFFu
 /* An integer column's NULL. A stored value equal to it is odd. */
 #define CAPSEM_REC_NULL INT64_MIN
+/* The longest text a CODE column codes (a longer one is odd); TEXT columns take any. */
 #define CAPSEM_REC_MAX_TEXT 4096u
 #define CAPSEM_REC_MAX_COLUMNS 16
 
@@ -37,13 +39,30 @@ enum {
     CAPSEM_REC_SHRANK = -4,     /* the file shrank while it was read */
 };
 
+/* What a column's values become (values[row] below). */
+enum {
+    CAPSEM_REC_INTEGER = 0, /* the integer; CAPSEM_REC_NULL for NULL */
+    CAPSEM_REC_CODE = 1,    /* the text's code in `codes`; 0 for NULL */
+    CAPSEM_REC_TEXT = 2,    /* the text's bytes appended to `bytes`, values[row] their start;
+                             * -1 - (bytes used so far) for NULL, so row i's bytes end where the
+                             * next row's start (the last row's at nbytes) */
+    CAPSEM_REC_DIGEST = 3,  /* a body_hash: 1 for "blake3:" + 64 lower-case hex (its 32 bytes
+                             * at bytes[32 * row]), 0 for another text, -1 for a value that is
+                             * not a text (NULL included; then and for 0 the 32 bytes are zero) */
+};
+
 typedef struct {
     uint32_t column;  /* in: the record's column number, or CAPSEM_REC_ROWID */
-    capsem_codes *codes; /* in: a text column's codes (0 is NULL); NULL for an integer column */
+    uint32_t kind;    /* in: CAPSEM_REC_INTEGER, _CODE, _TEXT or _DIGEST */
+    capsem_codes *codes; /* in: a CODE column's codes */
     int64_t *values;  /* out: [rows] of `capacity`, from capsem_big_alloc: the caller's to free with
                        * capsem_big_free(values, capacity * 8), also on error */
     uint64_t capacity;
-    uint64_t odd;     /* out: values of another kind, read as NULL */
+    uint64_t odd;     /* out: values of another kind, read as NULL (DIGEST: only a column the
+                       * record lacks, written before ALTER TABLE added it) */
+    uint8_t *bytes;   /* out: TEXT and DIGEST columns, from capsem_big_alloc; the caller frees
+                       * capsem_big_free(bytes, bytes_cap), also on error */
+    uint64_t nbytes, bytes_cap;
 } capsem_rec_column;
 
 /* Scan the table tree rooted at `root` of a mapped file whose header `h` parsed. `cols`
