@@ -166,21 +166,6 @@ def test_a_lonely_turn_of_a_stopped_session_is_its_sqls_warning(ledger: Path) ->
     assert [f["severity"] for f in by_sql["findings"] if f["code"] == "turn_without_model_call"] == ["warning"]
 
 
-def test_a_table_the_parts_assume_plain_is_read_only_when_it_is(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "t.db")
-    conn.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, call_id TEXT, model_call_id INTEGER)")
-    conn.execute("CREATE TABLE folded (id INTEGER PRIMARY KEY, call_id TEXT COLLATE NOCASE)")
-    conn.execute("CREATE TABLE loose (id INTEGER PRIMARY KEY, call_id)")
-    conn.execute("CREATE TABLE keyed (id TEXT PRIMARY KEY, call_id TEXT)")
-    conn.execute("CREATE TABLE derived (id INTEGER PRIMARY KEY, x TEXT, call_id TEXT GENERATED ALWAYS AS (x))")
-    assert identity_pages._declared(conn, "plain", ["call_id", "id", "model_call_id"]) == [
-        (_pages.ROWID, "id"), (1, "call_id"), (2, "model_call_id")]
-    for table, names in (("folded", ["call_id"]), ("loose", ["call_id"]), ("keyed", ["id"]), ("derived", ["call_id"]),
-                         ("plain", ["event_id"]), ("missing", ["call_id"])):
-        assert identity_pages._declared(conn, table, names) is None, table
-    conn.close()
-
-
 def test_a_database_not_in_utf8_is_left_to_sql(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     conn = sqlite3.connect(db)

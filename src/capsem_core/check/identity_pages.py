@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from capsem_core import page_tables
 from capsem_core._native import _pages
 from capsem_core.check.identity import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
 from capsem_core.check.report import CheckResult
@@ -90,42 +91,16 @@ class Graph:
         return len(self.codes[domain])
 
 
-def _declared(conn: sqlite3.Connection, table: str, names: Sequence[str]) -> list[tuple[int, str]] | None:
-    """(record column, name) of ``names`` in record order, when ``table`` is a plain table
-    whose columns have the affinity and collation the parts assume; else None."""
-    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
-    if sql is None or not isinstance(sql[0], str) or "COLLATE" in sql[0].upper() or "WITHOUT" in sql[0].upper():
-        return None
-    info = conn.execute("SELECT cid, name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
-    if any(hidden for *_rest, hidden in info):
-        return None
-    by_name = {name: (cid, str(kind).upper(), pk) for cid, name, kind, pk, _h in info}
-    out = []
-    for name in names:
-        if name not in by_name:
-            return None
-        cid, kind, pk = by_name[name]
-        if name == "id":
-            if pk != 1 or kind != "INTEGER" or sum(1 for *_x, p, _h in info if p) != 1:
-                return None
-            out.append((_pages.ROWID, name))
-        elif kind != ("INTEGER" if name in INTEGER_COLUMNS else "TEXT"):
-            return None
-        else:
-            out.append((cid, name))
-    return sorted(out)   # record order (ROWID, -1, first)
-
-
 def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection) -> Graph | None:
     """Scan every table the parts read (``conn``: the checks' connection, for the schema).
     None when the file cannot serve them (then every part runs its SQL)."""
-    if conn.execute("PRAGMA encoding").fetchone()[0] != "UTF-8":
+    if not page_tables.utf8(conn):
         return None
     graph = Graph()
     roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
     for table, names in wanted().items():
         root = roots.get(table)
-        columns = _declared(conn, table, names)
+        columns = page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
         if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
             return None
         spec = [(cid, graph.codes[TEXT_DOMAINS[name]] if name in TEXT_DOMAINS else None) for cid, name in columns]

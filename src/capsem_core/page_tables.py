@@ -1,0 +1,63 @@
+"""Which record column of a table's rows holds which declared column, for native page scans.
+
+A scan of session.db's own pages (``_pages.PageFile.records``) reads record columns by number,
+so before one runs, its caller asks here where each column it wants is stored, and whether
+the table is one the scan may read at all: a plain rowid table (no WITHOUT ROWID, no
+generated or hidden columns), declared with the types the caller expects, whose text the
+database stores in UTF-8. Anything else answers None, and the caller reads the table with
+SQL instead. A declared ``INTEGER PRIMARY KEY`` is the rowid (``_pages.ROWID``): SQLite stores
+NULL in its record column.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Sequence
+
+from capsem_core._native import _pages
+
+
+def utf8(conn: sqlite3.Connection) -> bool:
+    """Whether the database stores its texts in UTF-8 (a scan reads their bytes as stored)."""
+    return bool(conn.execute("PRAGMA encoding").fetchone()[0] == "UTF-8")
+
+
+def record_columns(conn: sqlite3.Connection, table: str, names: Sequence[str], integers: Collection[str],
+                   *, plain_text: bool = True) -> list[tuple[int, str]] | None:
+    """(record column, name) of ``names`` in record order (the rowid first), when ``table`` is
+    a plain rowid table holding them, each declared INTEGER when in ``integers`` and TEXT
+    otherwise (``plain_text``: with no COLLATE anywhere in the table, for callers that
+    compare texts byte for byte); else None. ``id`` must then be the INTEGER PRIMARY KEY."""
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    if sql is None or not isinstance(sql[0], str) or "WITHOUT" in sql[0].upper():
+        return None
+    if plain_text and "COLLATE" in sql[0].upper():
+        return None
+    info = conn.execute("SELECT cid, name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    if any(hidden for *_rest, hidden in info):
+        return None
+    by_name = {name: (cid, str(kind).upper(), pk) for cid, name, kind, pk, _h in info}
+    out = []
+    for name in names:
+        if name not in by_name:
+            return None
+        cid, kind, pk = by_name[name]
+        if name == "id":
+            if pk != 1 or kind != "INTEGER" or sum(1 for *_x, p, _h in info if p) != 1:
+                return None
+            out.append((_pages.ROWID, name))
+        elif kind != ("INTEGER" if name in integers else "TEXT"):
+            return None
+        else:
+            out.append((cid, name))
+    return sorted(out)   # record order (ROWID, -1, first)
+
+
+def root_page(conn: sqlite3.Connection, table: str) -> int | None:
+    """The root page of ``table``'s tree, when sqlite_schema records a usable one."""
+    row = conn.execute("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    root = None if row is None else row[0]
+    return root if isinstance(root, int) and not isinstance(root, bool) and 0 < root <= 0xFFFFFFFF else None
+
+
+__all__ = ["record_columns", "root_page", "utf8"]
