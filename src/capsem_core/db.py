@@ -181,6 +181,22 @@ def read_plan(path: PathArg) -> ReadPlan:
                     "read-only directory and no committed -wal: the database file is at rest")
 
 
+def main_file_is_snapshot(path: PathArg, plan: ReadPlan | None = None) -> bool:
+    """Whether a read transaction that has read from ``path`` reads the database file alone, so
+    a reader of the file's own bytes (a native page scan) sees the transaction's snapshot: the
+    plan opens it immutable, or no ``-wal`` beside it holds a frame. The file then cannot
+    change while the transaction lasts (a WAL checkpoint waits for the readers of the file
+    alone; a rollback-journal writer for every shared lock)."""
+    if plan is not None and plan.immutable:
+        return True
+    try:
+        return os.stat(f"{os.fsdecode(os.fspath(path))}-wal").st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def unread_wal_error(plan: ReadPlan) -> LedgerError:
     """The one-line refusal for a plan whose -wal holds commits it cannot read."""
     assert plan.unread_wal is not None
@@ -239,5 +255,5 @@ def connect_readwrite(path: PathArg, *, create: bool = False, isolation_level: I
                            check_same_thread=check_same_thread)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "ReadPlan", "WalState", "busy_timeout_ms", "complete_plan", "connect_memory", "connect_readonly", "connect_readwrite",
+__all__ = ["BUSY_TIMEOUT_S", "ReadPlan", "WalState", "busy_timeout_ms", "complete_plan", "connect_memory", "connect_readonly", "connect_readwrite", "main_file_is_snapshot",
            "directory_writable", "read_plan", "unread_wal_error", "wal_state"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import db, index
+from capsem_core import db, index, index_pages
 from capsem_core.bodies.columns import Positions, TextColumn
 from capsem_core.errors import LedgerError
 from capsem_core.format import body_hash_text
@@ -96,9 +96,15 @@ def scan_index(db_path: db.PathArg, conn: sqlite3.Connection, *, threads: int = 
     """The whole body index of the ledger at db_path, read through ``conn`` (inside its read
     transaction when it has one open, so the three scans see one snapshot). LedgerError
     naming db_path when the index cannot be read."""
-    bodies = index.scan_bodies(db_path, threads=threads, conn=conn)
+    # Where the file is the snapshot, one pass over its pages gives spans and keys alike.
+    got = index_pages.scanned(db_path, conn, None, keys=True) if index.page_scans() else None
+    if got is not None:
+        bodies, keys = got.bodies, got.keys
+    else:
+        bodies = index.scan_bodies(db_path, threads=threads, conn=conn)
     blocks = index.scan_blocks(db_path, conn=conn)
-    keys = index.scan_keys(db_path, conn=conn)
+    if got is None:
+        keys = index.scan_keys(db_path, conn=conn)
     body_id, key_id = bodies["id"], keys["id"]
     texts = {name: _text(keys, name) for name in ("event_id", "source_table", "direction", "content_type")}
     extra: dict[str, Any] = {"original_bytes": keys["original_bytes"], "truncated": keys["truncated"],

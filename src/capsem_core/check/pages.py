@@ -111,18 +111,6 @@ def _read_schema(conn: sqlite3.Connection) -> _Schema:
     return _Schema(tables, roots, names, table_of)
 
 
-def _main_file_is_the_snapshot(db_path: Path, plan: db.ReadPlan) -> bool:
-    """True when no -wal holds a page for these connections (see the module docstring)."""
-    if plan.immutable:
-        return True   # the connections read the database file alone
-    try:
-        return os.stat(f"{db_path}-wal").st_size == 0
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
 @dataclass(slots=True)
 class _Job:
     cost: float
@@ -219,7 +207,7 @@ class PageCheck:
             except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 self._early = damage_lines(exc)
                 return
-        if _main_file_is_the_snapshot(self.db_path, plan):
+        if db.main_file_is_snapshot(self.db_path, plan):
             self._file = self._map_if_same(conn)
         if self._file is None:
             self._jobs.append(_Job(1.0, None))

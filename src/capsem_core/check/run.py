@@ -126,7 +126,8 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         graph = _IdentityBeside.start(page_check, route)
         tables = sql_checks.table_names(conn)
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
-        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn)
+        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
+                                           page_check.page_file)
         sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
         # Where the identity graph's scan runs, it reads the tool lifecycle's columns too.
         lifecycle_later = graph is not None and graph.scans and sql_checks.lifecycle_tables(tables)

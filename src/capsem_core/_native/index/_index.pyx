@@ -383,10 +383,10 @@ def scan_bodies(str uri, *, int busy_ms, path=None, int threads=0, conn=None):
     if out is None:
         out = _scan_sequential(scan, count)
     out["hash_ok"] = out["hash_ok"].view(np.bool_)
-    return _archive_order(out)
+    return archive_order(out)
 
 
-def _archive_order(dict rows):
+def archive_order(dict rows):
     """Rows sorted by (block_offset, body_offset, id). They arrive in rowid order, which for a
     ledger written append-only is close to archive order (rows that reuse an earlier span,
     and rows written in another order than their bodies were staged, are not); a stable sort
