@@ -24,8 +24,10 @@ Run: ``python3 -m pytest bench/bench_fleet.py -q -s``.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +116,23 @@ def test_heavy_home_local_jobs_1(benchmark, heavy_home: Path) -> None:  # type: 
 def test_heavy_home_dask_2_workers(benchmark, heavy_home: Path, dask_client) -> None:  # type: ignore[no-untyped-def]
     _sound(_pedantic(benchmark, lambda: check_all([], home=heavy_home, verify_bodies=True, client=dask_client), 3),
            HEAVY_LEDGERS)
+
+
+def test_heavy_checks_in_process_cpu(heavy_home: Path) -> None:
+    """The heavy home's checks one after another in this process (no runner), printed as wall
+    time and CPU time of every thread: how many cores one check keeps busy, and so the floor
+    no schedule of them on this machine's cores can beat."""
+    ledgers = sorted(heavy_home.rglob("session.db"))
+    assert len(ledgers) == HEAVY_LEDGERS
+    check_ledger(ledgers[0], verify_bodies=True)   # warm
+    cores = os.cpu_count() or 1
+    for _round in range(3):
+        before, began = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        assert all(check_ledger(db, verify_bodies=True).sound for db in ledgers)
+        wall, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        print(f"\n{HEAVY_LEDGERS} heavy checks in one process: {wall:.3f} s wall, {cpu:.3f} s CPU "
+              f"({cpu / wall:.2f} cores busy); on {cores} cores no schedule takes less than {cpu / cores:.3f} s")
 
 
 def _per_ledger(benchmark, n: int) -> None:  # type: ignore[no-untyped-def]
