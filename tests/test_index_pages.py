@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capsem_core import db, index, index_pages
+from capsem_core import db, index, index_pages, page_tables
+from capsem_core._native import _pages
 from capsem_core.ledger import Ledger
 from capsem_core.sample import write_sample_ledger
 from capsem_core.sample.profiles import MIXES
@@ -181,3 +182,48 @@ def test_the_ledgers_index_is_the_same_read_either_way(ledger: Path, monkeypatch
         assert getattr(from_pages, name).tolist() == getattr(from_sql, name).tolist(), name
     assert bytes(from_pages_batch) == bytes(from_sql_batch)
     assert [f.message for f in from_pages_batch.findings] == [f.message for f in from_sql_batch.findings]
+
+
+def test_columns_read_alongside_are_the_codes_a_scan_of_their_own_gives(ledger: Path) -> None:
+    conn = db.connect_readonly(ledger)
+    mapped = _pages.PageFile(ledger)
+    try:
+        conn.execute("BEGIN")
+        names = _pages.Codes(11)
+        alongside = index_pages.Alongside({"trace_id": names, "turn_id": names})
+        got = index_pages.read_index(mapped, conn, keys=False, alongside=alongside)
+        plain = index_pages.read_index(mapped, conn, keys=False)
+        assert got is not None and plain is not None and not alongside.done.is_set()   # the caller's to set
+        for name, array in plain.bodies.items():
+            assert np.array_equal(got.bodies[name], array), name
+        own = _pages.Codes(12)
+        columns = page_tables.record_columns(conn, "event_body_blobs", ["trace_id", "turn_id"], ())
+        assert columns is not None
+        alone = mapped.records(page_tables.root_page(conn, "event_body_blobs"), [(c, own) for c, _n in columns])
+        assert alongside.rows == alone.rows and alongside.odd == frozenset()
+        for (_c, name), codes in zip(columns, alone.values):
+            # Both number texts in order of first appearance: equal codes, equal texts.
+            assert np.array_equal(alongside.columns[name], codes), name
+    finally:
+        mapped.close()
+        conn.close()
+
+
+def test_columns_alongside_that_are_not_plain_text_are_not_read(ledger: Path) -> None:
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    [ddl] = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'event_body_blobs'").fetchone()
+    version = conn.execute("PRAGMA schema_version").fetchone()[0]
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_schema SET sql = ? WHERE name = 'event_body_blobs'",
+                 (ddl.replace("trace_id TEXT", "trace_id TEXT COLLATE NOCASE", 1),))
+    conn.execute(f"PRAGMA schema_version = {version + 1}")
+    conn.close()
+    reader = db.connect_readonly(ledger)
+    try:
+        reader.execute("BEGIN")
+        names = _pages.Codes(3)
+        alongside = index_pages.Alongside({"trace_id": names, "turn_id": names})
+        got = index_pages.scanned(ledger, reader, None, keys=False, alongside=alongside)
+        assert got is not None and alongside.rows is None and alongside.columns == {}
+    finally:
+        reader.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,23 @@ class PageIndex:
 
     bodies: dict[str, Any]
     keys: dict[str, Any]
+
+
+class Alongside:
+    """Text columns of event_body_blobs another reader wants from the same pass, as codes in
+    the ``Codes`` it gives (``codes``: column name -> Codes; read only where those columns are
+    plain TEXT, compared byte for byte). After the pass, ``rows`` and ``columns`` (name ->
+    int64 codes, rowid order) and ``odd`` (the names holding a value of another kind) are
+    set when it read them, and ``done`` is set either way (by whoever runs the pass, also when
+    it does not run or falls back to SQL), so the other reader waits for it before it uses
+    those Codes itself."""
+
+    def __init__(self, codes: dict[str, _pages.Codes]) -> None:
+        self.codes = codes
+        self.rows: int | None = None
+        self.columns: dict[str, npt.NDArray[np.int64]] = {}
+        self.odd: frozenset[str] = frozenset()
+        self.done = threading.Event()
 
 
 def open_snapshot(db_path: os.PathLike[str] | str, conn: sqlite3.Connection) -> _pages.PageFile | None:
@@ -82,11 +100,13 @@ def _text(values: npt.NDArray[np.int64], data: npt.NDArray[np.uint8] | None) -> 
     return {"data": raw, "offsets": offsets, "null": null}
 
 
-def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool = True) -> PageIndex | None:
+def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool = True,
+               alongside: Alongside | None = None) -> PageIndex | None:
     """The body index from ``pages``, the mapped session.db that is the snapshot of ``conn``'s
     read transaction (``conn`` is read for the schema); None when the pages cannot give
     exactly what the SQL scans would (see the module). ``keys``: read the key columns too
-    (else ``PageIndex.keys`` is empty: what scan_bodies alone needs)."""
+    (else ``PageIndex.keys`` is empty: what scan_bodies alone needs). ``alongside``: more
+    columns to code in the same pass (its ``done`` is the caller's to set)."""
     if not page_tables.utf8(conn) or not _same_file(pages, conn):
         return None
     root = page_tables.root_page(conn, TABLE)
@@ -94,12 +114,21 @@ def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool =
     columns = page_tables.record_columns(conn, TABLE, wanted, INTEGERS, plain_text=False)
     if root is None or columns is None:
         return None
-    kinds: dict[str, str] = {**{name: _pages.TEXT for name in KEY_TEXTS}, "body_hash": _pages.DIGEST}
+    kinds: dict[str, str | _pages.Codes] = {**{name: _pages.TEXT for name in KEY_TEXTS}, "body_hash": _pages.DIGEST}
+    extra = _alongside_columns(conn, alongside)
+    if extra and alongside is not None:
+        columns = sorted(columns + extra)
+        kinds.update(alongside.codes)
     scanned = pages.records(root, [(cid, kinds.get(name)) for cid, name in columns])
-    if scanned.status != "ok" or any(scanned.odd):
+    extra_names = {name for _c, name in extra}
+    if scanned.status != "ok" or any(odd for (_c, name), odd in zip(columns, scanned.odd) if name not in extra_names):
         return None
     values = {name: v for (_c, name), v in zip(columns, scanned.values)}
     data = {name: d for (_c, name), d in zip(columns, scanned.data)}
+    if extra and alongside is not None:
+        alongside.rows = int(scanned.rows)
+        alongside.columns = {name: values[name] for name in extra_names}
+        alongside.odd = frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd and name in extra_names)
     state, digest = values["body_hash"], data["body_hash"]
     assert digest is not None
     ids = values["id"]
@@ -118,8 +147,15 @@ def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool =
     return PageIndex(_index.archive_order(bodies), key_rows)
 
 
+def _alongside_columns(conn: sqlite3.Connection, alongside: Alongside | None) -> list[tuple[int, str]]:
+    """(record column, name) of the alongside columns, where they are plain TEXT columns."""
+    if alongside is None or not alongside.codes:
+        return []
+    return page_tables.record_columns(conn, TABLE, sorted(alongside.codes), (), plain_text=True) or []
+
+
 def scanned(db_path: os.PathLike[str] | str, conn: sqlite3.Connection | None, pages: _pages.PageFile | None,
-            *, keys: bool) -> PageIndex | None:
+            *, keys: bool, alongside: Alongside | None = None) -> PageIndex | None:
     """``read_index`` where it can run: on ``pages`` (the caller's mapped snapshot of
     ``conn``'s transaction), else on session.db mapped here when it is that snapshot; None
     without a read transaction on ``conn`` or when the pages cannot serve (the SQL scans
@@ -127,14 +163,14 @@ def scanned(db_path: os.PathLike[str] | str, conn: sqlite3.Connection | None, pa
     if conn is None or not conn.in_transaction:
         return None
     if pages is not None:
-        return read_index(pages, conn, keys=keys)
+        return read_index(pages, conn, keys=keys, alongside=alongside)
     mapped = open_snapshot(db_path, conn)
     if mapped is None:
         return None
     try:
-        return read_index(mapped, conn, keys=keys)
+        return read_index(mapped, conn, keys=keys, alongside=alongside)
     finally:
         mapped.close()
 
 
-__all__ = ["PageIndex", "open_snapshot", "read_index", "scanned"]
+__all__ = ["Alongside", "PageIndex", "open_snapshot", "read_index", "scanned"]

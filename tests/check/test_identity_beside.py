@@ -180,6 +180,39 @@ def test_a_part_that_fails_on_a_worker_fails_the_check_naming_the_file(
     assert str(damaged) in str(exc.value) and "locked" in str(exc.value)
 
 
+def test_the_graph_takes_event_body_blobs_from_the_body_index_pass_and_decides_the_same(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    given: list[object] = []
+    real = identity_pages.read_graph
+
+    def recorded(mapped, conn, graph=None, blobs=None):  # type: ignore[no-untyped-def]
+        got = real(mapped, conn, graph, blobs)
+        given.append(blobs is not None and blobs.rows is not None and got is not None
+                     and got.tables[identity_pages.BLOBS].columns.keys() == blobs.columns.keys())
+        return got
+
+    monkeypatch.setattr(identity_pages, "read_graph", recorded)
+    section = check_ledger(damaged).checks["identity_graph"].to_json()
+    assert given == [True] and section == alone
+
+
+def test_a_check_that_fails_before_its_body_archive_step_does_not_leave_the_graph_waiting(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(*_args: object) -> None:
+        time.sleep(0.5)   # the page map has walked the file: a worker takes the graph's job meanwhile
+        raise LedgerError("cannot count the tables", damaged)
+
+    monkeypatch.setattr(sql_checks, "check_tables", unreadable)
+    outcome: list[BaseException] = []
+    runner = threading.Thread(target=lambda: outcome.append(pytest.raises(LedgerError, check_ledger, damaged).value),
+                              daemon=True)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "check waited for a pass that never ran"
+    assert outcome and "cannot count the tables" in str(outcome[0])
+
+
 def test_a_small_ledger_runs_every_parts_sql_beside_the_page_check(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _on_one_connection(damaged)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import db
+from capsem_core import db, index_pages
 from capsem_core import index as _index
 from capsem_core._native import _archive, _errors, _pages
 from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
@@ -61,13 +61,15 @@ class BodyIndex:
 def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
                        result: CheckResult, plan: db.ReadPlan,
                        conn: sqlite3.Connection | None = None,
-                       pages: _pages.PageFile | None = None) -> BodyIndex | None:
+                       pages: _pages.PageFile | None = None,
+                       alongside: index_pages.Alongside | None = None) -> BodyIndex | None:
     """Fill ``result`` with every disagreement of the index with itself and with the file;
     returns the scanned index (None without one), ``archive_sound`` when nothing was found.
     ``conn``: the caller's connection to db_path, in the read transaction of its other
     checks; the scans run on it (see ``capsem_core.index``), or on ``pages``, the page check's
-    map of session.db when it is that transaction's snapshot. The index's reader, when one
-    was opened, is the caller's to close (``BodyIndex.close``)."""
+    map of session.db when it is that transaction's snapshot (``alongside``: columns the
+    identity graph reads from the same rows, in that pass). The index's reader, when one was
+    opened, is the caller's to close (``BodyIndex.close``)."""
     if not all(t in tables for t in BODY_INDEX_TABLES):
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
         return None
@@ -79,7 +81,7 @@ def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
     # blocks, then the archive's size: every body then names a block recorded at least as
     # late as itself, whose extent holds it and lies inside the file. (The other order could
     # see a flush's bodies without its blocks: false damage.)
-    bodies = _index.scan_bodies(db_path, plan=plan, conn=conn, pages=pages)
+    bodies = _index.scan_bodies(db_path, plan=plan, conn=conn, pages=pages, alongside=alongside)
     blocks = _index.scan_blocks(db_path, plan=plan, conn=conn)
     index = BodyIndex(blocks, bodies)
     k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import page_tables
+from capsem_core import index_pages, page_tables
 from capsem_core._native import _pages
 from capsem_core.check.identity import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
 from capsem_core.check.report import CheckResult
@@ -91,14 +91,32 @@ class Graph:
         return len(self.codes[domain])
 
 
-def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection) -> Graph | None:
-    """Scan every table the parts read (``conn``: the checks' connection, for the schema).
-    None when the file cannot serve them (then every part runs its SQL)."""
+BLOBS = "event_body_blobs"
+
+
+def blobs_alongside(graph: Graph) -> index_pages.Alongside:
+    """What the body index's pass over event_body_blobs reads for ``graph`` (its traces and
+    turns, in the graph's codes), so ``read_graph`` need not walk those rows again."""
+    return index_pages.Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())})
+
+
+def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | None = None,
+               blobs: index_pages.Alongside | None = None) -> Graph | None:
+    """Scan every table the parts read (``conn``: the checks' connection, for the schema) into
+    ``graph`` (default a new one). ``blobs``: event_body_blobs' columns read by the body
+    index's pass (``blobs_alongside(graph)``): waited for first (its scan holds the graph's
+    codes), taken where that pass read them. None when the file cannot serve them (then every
+    part runs its SQL)."""
+    if blobs is not None:
+        blobs.done.wait()
     if not page_tables.utf8(conn):
         return None
-    graph = Graph()
+    graph = graph if graph is not None else Graph()
     roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
     for table, names in wanted().items():
+        if table == BLOBS and blobs is not None and blobs.rows is not None and set(blobs.columns) == set(names):
+            graph.tables[table] = Table(blobs.rows, dict(blobs.columns), blobs.odd)
+            continue
         root = roots.get(table)
         columns = page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
         if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
@@ -367,5 +385,5 @@ def worth_scanning(pages: _pages.PageFile | None) -> bool:
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["MIN_BYTES", "Graph", "Table", "clean", "held_parts", "member", "model_items_hold", "pair_keys",
+__all__ = ["BLOBS", "MIN_BYTES", "Graph", "Table", "blobs_alongside", "clean", "held_parts", "member", "model_items_hold", "pair_keys",
            "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted", "worth_scanning"]

@@ -16,7 +16,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from capsem_core import db, schema
+from capsem_core import db, index_pages, schema
 from capsem_core._native import _pages
 from capsem_core.check import archive, identity, identity_pages, lifecycle_pages, opening, pages, sql_checks
 from capsem_core.check import verify as _verify_step
@@ -118,6 +118,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
     # every figure of the report describe the same ledger.
     index: archive.BodyIndex | None = None
     pending: PendingRecord | None = None
+    graph: _IdentityBeside | None = None
     try:
         schema.check_schema(conn, db_path)  # refuse a ledger of another build
         # The identity graph is the longest of the SQL checks and reads nothing the others
@@ -126,8 +127,13 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         graph = _IdentityBeside.start(page_check, route)
         tables = sql_checks.table_names(conn)
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
-        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
-                                           page_check.page_file)
+        blobs = graph.blobs if graph is not None else None
+        try:   # the identity graph's traces and turns of event_body_blobs come from the same pass
+            index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
+                                               page_check.page_file, blobs)
+        finally:
+            if blobs is not None:
+                blobs.done.set()   # read or not: the graph's scan waits for this before it starts
         sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
         # Where the identity graph's scan runs, it reads the tool lifecycle's columns too.
         lifecycle_later = graph is not None and graph.scans and sql_checks.lifecycle_tables(tables)
@@ -151,6 +157,8 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
             if lifecycle_later:
                 graph.fill_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
     finally:
+        if graph is not None and graph.blobs is not None:
+            graph.blobs.done.set()   # a check that failed before its body archive step: never wait
         if index is not None:
             index.close()
     return pending
@@ -172,7 +180,11 @@ class _IdentityBeside:
         self.handles: list[pages.Beside] = []
         self.gate: pages.Beside | None = None
         self.lifecycle: sql_checks.Lifecycle | None = None
+        self.graph: identity_pages.Graph | None = None
+        self.blobs: index_pages.Alongside | None = None
         if mapped is not None and identity_pages.worth_scanning(mapped):
+            self.graph = identity_pages.Graph()
+            self.blobs = identity_pages.blobs_alongside(self.graph)
             # After the page map: it has mapped every page the scan reads by then.
             self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
         else:
@@ -180,7 +192,7 @@ class _IdentityBeside:
 
     def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
         """Which parts the pages show to hold; the SQL of the others queued on the workers."""
-        graph = identity_pages.read_graph(mapped, conn)
+        graph = identity_pages.read_graph(mapped, conn, self.graph, self.blobs)
         self.lifecycle = lifecycle_pages.lifecycle_from_graph(graph)
         held = identity_pages.held_parts(graph)
         sql = identity.session_parts(self.stopped)
