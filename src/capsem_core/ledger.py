@@ -226,12 +226,13 @@ class Ledger:
             idx = index if index is not None else scan_index(self.db_path, self._conn, threads=threads)
             return idx, _bulk.resolve(selection, idx, self._conn, self.db_path)
 
-    def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int) -> BodyBatch:
+    def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int,
+                  scratch: _bulk.Scratch | None = None) -> BodyBatch:
         with self._lock:
             self._live()
             self._refresh_archive()
             return _bulk.read_batch(self._archive, idx, positions, errors, threads, self.db_path,
-                                    self.bodies_path, self._conn)
+                                    self.bodies_path, self._conn, scratch)
 
     def read_bodies(self, selection: _bulk.Selection = None, *, errors: _bulk.Errors = "raise",
                     max_bytes: int | None = None, threads: int = 0, index: BodyIndex | None = None) -> BodyBatch:
@@ -271,10 +272,14 @@ class Ledger:
         max_bytes is a batch of its own (a body is at most 16 MiB). Peak memory: the index,
         one batch the caller still holds, and one block per thread. With errors="raise" the
         batch holding the first damaged body raises (the batches before it were yielded)."""
+        yield from self._batches(selection, errors, max_bytes, threads, index, None)
+
+    def _batches(self, selection: _bulk.Selection, errors: _bulk.Errors, max_bytes: int, threads: int,
+                 index: BodyIndex | None, scratch: _bulk.Scratch | None) -> Iterator[BodyBatch]:
         _bulk.check_errors(errors)
         idx, positions = self._plan(selection, index, threads)
         for start, end in _bulk.plan_batches(idx, positions, max_bytes):
-            yield self._read_run(idx, positions[start:end], errors, threads)
+            yield self._read_run(idx, positions[start:end], errors, threads, scratch)
 
     def bodies_of(self, event_id: str) -> list[tuple[str, str, str | None, int]]:
         """(source_table, direction, content_type, body_len) of every body the index names
@@ -294,8 +299,9 @@ class Ledger:
         memory stays at the index plus one batch whatever the ledger's size. Raises what
         ``read_body`` raises, at the body concerned (the bodies before it have been yielded),
         and LedgerError when the ledger is closed."""
-        for batch in self.body_batches(source_table, errors="report", max_bytes=_BODIES_BATCH_BYTES,
-                                       threads=threads):
+        # Each batch's bodies are copied out as bytes before the next batch is read: one
+        # buffer serves them all.
+        for batch in self._batches(source_table, "report", _BODIES_BATCH_BYTES, threads, None, _bulk.Scratch()):
             rows = batch.rows
             failed = {(f.block_offset, f.body_offset, f.row_id): f for f in batch.findings}
             ok = batch.ok

@@ -12,7 +12,9 @@ import pytest
 
 from capsem_core import errors
 from capsem_core import format as fmt
+from capsem_core import ledger as ledger_module
 from capsem_core.bodies import BodyBatch
+from capsem_core.bodies import read as bulk
 from capsem_core.ledger import Ledger
 from oracles.archive_reader import archived_bodies
 
@@ -214,6 +216,32 @@ def test_bodies_yields_the_good_bodies_before_the_damaged_one_then_raises(
             for record in ledger.bodies():
                 got.append(record)
     assert len(got) == before > 0
+
+
+def test_bodies_reads_batch_after_batch_into_one_buffer_and_yields_every_body_as_read(
+        sample_ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = archived_bodies(sample_ledger / "session.db")
+    made: list[int] = []
+    real = bulk.new_buffer
+
+    def counted(size: int) -> np.ndarray:
+        made.append(size)
+        return real(size)
+
+    monkeypatch.setattr(bulk, "new_buffer", counted)
+    monkeypatch.setattr(ledger_module, "_BODIES_BATCH_BYTES", 64 << 10)   # many batches
+    with Ledger(sample_ledger) as ledger:
+        got = [(r.event_id, r.source_table, r.direction, r.data) for r in ledger.bodies(threads=1)]
+    assert got == [(b.event_id, b.source_table, b.direction, b.data) for b in want]
+    batches = len(bulk.plan_batches(*_whole(sample_ledger), 64 << 10))
+    # A buffer only when a batch is larger than every one before it: far fewer than batches.
+    assert batches > 10 and len(made) < batches / 2 and made == sorted(made)
+
+
+def _whole(directory: Path) -> tuple[object, np.ndarray]:
+    with Ledger(directory) as ledger:
+        idx = ledger.index()
+    return idx, np.arange(len(idx), dtype=np.intp)
 
 
 def test_an_unknown_errors_mode_is_refused(blocks_ledger: tuple[Path, dict[Key, bytes]]) -> None:

@@ -161,10 +161,26 @@ def fault_error(fault: verify.BodyFault, db_path: Path, bodies_path: Path) -> Le
     return LedgerError(fault.message, bodies_path)
 
 
+class Scratch:
+    """One buffer lent to batch after batch (``Ledger.bodies``: each batch's bodies are copied
+    out before the next is read), so the kernel writes into pages it has written before
+    instead of a fresh mapping per batch. Grows to the largest batch."""
+
+    def __init__(self) -> None:
+        self.buffer: npt.NDArray[np.uint8] | None = None
+
+    def take(self, size: int) -> npt.NDArray[np.uint8]:
+        if self.buffer is None or self.buffer.shape[0] < size:
+            self.buffer = new_buffer(size)
+        return self.buffer[:size]
+
+
 def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, errors: Errors, threads: int,
-               db_path: Path, bodies_path: Path, conn: sqlite3.Connection) -> BodyBatch:
-    """The bodies at ``positions`` (sorted) read by the kernel into one buffer; ``reader``
-    is busy (its map used) meanwhile. Damage as ``errors`` says (see the module)."""
+               db_path: Path, bodies_path: Path, conn: sqlite3.Connection,
+               scratch: Scratch | None = None) -> BodyBatch:
+    """The bodies at ``positions`` (sorted) read by the kernel into one buffer (``scratch``'s,
+    when given: the batch is then valid until the next one is read into it); ``reader`` is
+    busy (its map used) meanwhile. Damage as ``errors`` says (see the module)."""
     # Every row, in order (the common case): the index itself, no copy of its arrays.
     whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
     rows = idx if whole else idx.take(positions)
@@ -172,7 +188,7 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
     offsets = np.zeros(len(rows), np.int64)
     if len(rows) > 1:
         np.cumsum(lens[:-1], out=offsets[1:])
-    buffer = new_buffer(int(lens.sum()))
+    buffer = scratch.take(int(lens.sum())) if scratch is not None else new_buffer(int(lens.sum()))
     named = np.flatnonzero(rows.row_ok)
     failed = np.flatnonzero(~rows.row_ok)
     findings = [_index_fault(rows, int(i)) for i in failed]
