@@ -227,3 +227,22 @@ def test_columns_alongside_that_are_not_plain_text_are_not_read(ledger: Path) ->
         assert got is not None and alongside.rows is None and alongside.columns == {}
     finally:
         reader.close()
+
+
+def test_a_ledgers_verify_reads_its_index_from_the_pages_with_the_same_faults(
+        ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with sqlite3.connect(ledger) as conn:
+        block = conn.execute("SELECT MIN(block_offset) FROM body_blocks").fetchone()[0]
+    with open(ledger.with_suffix(".bodies"), "r+b") as f:   # one payload byte of the first block
+        f.seek(block + 8 + 52 + 40)
+        byte = f.read(1)
+        f.seek(block + 8 + 52 + 40)
+        f.write(bytes([byte[0] ^ 0x20]))
+    with Ledger(ledger) as opened:
+        monkeypatch.setattr(index._index, "scan_bodies", None)   # the SQL scan cannot run
+        from_pages = opened.verify(threads=1)
+    monkeypatch.undo()
+    monkeypatch.setenv("CAPSEM_CORE_PAGE_SCANS", "0")
+    with Ledger(ledger) as opened:
+        from_sql = opened.verify(threads=1)
+    assert from_pages.faults and from_pages == from_sql

@@ -339,7 +339,9 @@ class Ledger:
         a subset or duration that does not parse, or max_age without incremental.
         """
         if not incremental and subset is None and max_age is None:
-            with self._lock:
+            # One read transaction for the scans and the labels of failing rows (the body scan
+            # then reads session.db's pages where the file is that snapshot).
+            with self._lock, self._snapshot():
                 self._refresh_archive()
                 verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads,
                                                          progress, conn=self._conn, reader=self._archive)
@@ -347,7 +349,7 @@ class Ledger:
         options = VerifyOptions(incremental=incremental,
                                 subset=Subset.parse(subset) if isinstance(subset, str) else subset,
                                 max_age=parse_duration(max_age) if isinstance(max_age, str) else max_age)
-        with self._lock:
+        with self._lock, self._snapshot():
             self._refresh_archive()
             # Bodies before blocks, as verify_ledger scans them (see check/archive.py).
             bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn)
