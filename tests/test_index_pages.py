@@ -246,3 +246,27 @@ def test_a_ledgers_verify_reads_its_index_from_the_pages_with_the_same_faults(
     with Ledger(ledger) as opened:
         from_sql = opened.verify(threads=1)
     assert from_pages.faults and from_pages == from_sql
+
+
+def test_a_ledger_maps_session_db_anew_when_a_checkpoint_has_grown_it(
+        ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Ledger(ledger) as opened:
+        before = opened.index(threads=1)
+        held = opened._pages.file
+        writer = sqlite3.connect(ledger, isolation_level=None)
+        writer.execute("PRAGMA ignore_check_constraints = ON")
+        columns = ("event_id, event_type, source_table, direction, content_type, original_bytes, stored_bytes, "
+                   "truncated, body_hash, block_offset, body_offset, body_len, trace_id, turn_id, created_at")
+        for _ in range(3):   # enough rows for new pages
+            writer.execute(f"INSERT INTO event_body_blobs ({columns}) SELECT printf('%012x', abs(random()) % "
+                           f"281474976710655), {columns.split(', ', 1)[1]} FROM event_body_blobs")
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        writer.close()
+        after = opened.index(threads=1)
+        assert opened._pages.file is not held   # the old map no longer covered the file
+        monkeypatch.setenv("CAPSEM_CORE_PAGE_SCANS", "0")
+        by_sql = opened.index(threads=1)
+    assert len(after) == 8 * len(before) == len(by_sql)
+    for name in ("id", "block_offset", "body_offset", "body_len", "digest", "hash_ok", "row_ok"):
+        assert np.array_equal(getattr(after, name), getattr(by_sql, name)), name
+    assert after.event_id.tolist() == by_sql.event_id.tolist()

@@ -45,7 +45,8 @@ def page_scans() -> bool:
 
 
 def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | None = None,
-                conn: sqlite3.Connection | None = None, pages: _pages.PageFile | None = None,
+                conn: sqlite3.Connection | None = None,
+                pages: _pages.PageFile | index_pages.HeldMap | None = None,
                 alongside: index_pages.Alongside | None = None) -> dict[str, Any]:
     """Every event_body_blobs row in archive order as arrays (see the native scan_bodies).
 
@@ -54,8 +55,8 @@ def scan_bodies(db_path: db.PathArg, *, threads: int = 0, plan: db.ReadPlan | No
     on (inside its transaction) when the native module can share it; the caller uses it
     from no other thread until the scan returns. Inside conn's read transaction, where the
     database file is that transaction's snapshot, the rows are read from the file's own
-    pages instead (``index_pages``: ``pages``, the caller's map of it, or one made here),
-    as the SQL scan would give them; ``alongside`` then gets more of the rows' columns from
+    pages instead (``index_pages``: ``pages``, the caller's map of it or its ``HeldMap``, or
+    one made here), as the SQL scan would give them; ``alongside`` then gets more of the rows' columns from
     the same pass (``index_pages.Alongside``)."""
     if page_scans():
         got = index_pages.scanned(db_path, conn, pages, keys=False, alongside=alongside)

@@ -66,13 +66,45 @@ def open_snapshot(db_path: os.PathLike[str] | str, conn: sqlite3.Connection) -> 
     """The mapped session.db when it is the snapshot of ``conn``'s open read transaction
     (which this reads from first, so the snapshot is fixed), else None; the caller closes it.
     A file that cannot be mapped is None too: the SQL scans then say what is wrong with it."""
-    conn.execute("SELECT COUNT(*) FROM sqlite_schema").fetchone()
-    if not conn.in_transaction or not db.main_file_is_snapshot(db_path):
-        return None
+    return _mapped(db_path) if _reads_the_file(db_path, conn) else None
+
+
+class HeldMap:
+    """session.db mapped once for a reader that scans it again and again (a ``Ledger``), so a
+    scan opens nothing: ``for_snapshot(conn)`` gives the map when it is the snapshot of
+    ``conn``'s read transaction, mapped anew only when the file has grown past it (a
+    checkpoint of a live writer's commits). The caller serialises its calls and closes it."""
+
+    def __init__(self, db_path: os.PathLike[str] | str) -> None:
+        self.db_path = db_path
+        self.file = _mapped(db_path)
+
+    def for_snapshot(self, conn: sqlite3.Connection) -> _pages.PageFile | None:
+        if not _reads_the_file(self.db_path, conn):
+            return None
+        if self.file is None or not _same_file(self.file, conn):
+            self.close()
+            self.file = _mapped(self.db_path)
+        return self.file
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _mapped(db_path: os.PathLike[str] | str) -> _pages.PageFile | None:
     try:
         return _pages.PageFile(db_path)
     except OSError:
         return None
+
+
+def _reads_the_file(db_path: os.PathLike[str] | str, conn: sqlite3.Connection) -> bool:
+    """Whether ``conn``'s read transaction reads the database file alone (read from first, so
+    its snapshot is fixed)."""
+    conn.execute("SELECT COUNT(*) FROM sqlite_schema").fetchone()
+    return conn.in_transaction and db.main_file_is_snapshot(db_path)
 
 
 def _same_file(pages: _pages.PageFile, conn: sqlite3.Connection) -> bool:
@@ -154,14 +186,18 @@ def _alongside_columns(conn: sqlite3.Connection, alongside: Alongside | None) ->
     return page_tables.record_columns(conn, TABLE, sorted(alongside.codes), (), plain_text=True) or []
 
 
-def scanned(db_path: os.PathLike[str] | str, conn: sqlite3.Connection | None, pages: _pages.PageFile | None,
-            *, keys: bool, alongside: Alongside | None = None) -> PageIndex | None:
+def scanned(db_path: os.PathLike[str] | str, conn: sqlite3.Connection | None,
+            pages: _pages.PageFile | HeldMap | None, *, keys: bool,
+            alongside: Alongside | None = None) -> PageIndex | None:
     """``read_index`` where it can run: on ``pages`` (the caller's mapped snapshot of
-    ``conn``'s transaction), else on session.db mapped here when it is that snapshot; None
-    without a read transaction on ``conn`` or when the pages cannot serve (the SQL scans
-    then run)."""
+    ``conn``'s transaction, or its ``HeldMap`` when that is the snapshot), else on session.db
+    mapped here when it is that snapshot; None without a read transaction on ``conn`` or
+    when the pages cannot serve (the SQL scans then run)."""
     if conn is None or not conn.in_transaction:
         return None
+    if isinstance(pages, HeldMap):
+        held = pages.for_snapshot(conn)
+        return read_index(held, conn, keys=keys, alongside=alongside) if held is not None else None
     if pages is not None:
         return read_index(pages, conn, keys=keys, alongside=alongside)
     mapped = open_snapshot(db_path, conn)
@@ -173,4 +209,4 @@ def scanned(db_path: os.PathLike[str] | str, conn: sqlite3.Connection | None, pa
         mapped.close()
 
 
-__all__ = ["Alongside", "PageIndex", "open_snapshot", "read_index", "scanned"]
+__all__ = ["Alongside", "HeldMap", "PageIndex", "open_snapshot", "read_index", "scanned"]

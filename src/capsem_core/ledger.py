@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import db, index, schema
+from capsem_core import db, index, index_pages, schema
 from capsem_core import pair as _pair
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
@@ -97,6 +97,9 @@ class Ledger:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
             self._archive = _archive.ArchiveReader(str(self.bodies_path), block_cache_bytes)
+            # session.db's own pages, for index scans where the file is the snapshot: mapped
+            # once here, so a scan opens nothing.
+            self._pages = index_pages.HeldMap(self.db_path)
         except BaseException:
             self._conn.close()
             raise
@@ -114,6 +117,7 @@ class Ledger:
             self._closed = True
             try:
                 self._archive.close()
+                self._pages.close()
                 if self._events is not None:
                     self._events.close()
             finally:
@@ -218,12 +222,13 @@ class Ledger:
         0: one per core). Costs about 100 bytes of memory per body plus its key texts.
         Raises LedgerError when the index cannot be read or the ledger is closed."""
         with self._lock, self._snapshot():
-            return scan_index(self.db_path, self._conn, threads=threads)
+            return scan_index(self.db_path, self._conn, threads=threads, pages=self._pages)
 
     def _plan(self, selection: _bulk.Selection, index: BodyIndex | None,
               threads: int) -> tuple[BodyIndex, np.ndarray]:
         with self._lock, self._snapshot():
-            idx = index if index is not None else scan_index(self.db_path, self._conn, threads=threads)
+            idx = index if index is not None else scan_index(self.db_path, self._conn, threads=threads,
+                                                             pages=self._pages)
             return idx, _bulk.resolve(selection, idx, self._conn, self.db_path)
 
     def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int,
@@ -344,7 +349,8 @@ class Ledger:
             with self._lock, self._snapshot():
                 self._refresh_archive()
                 verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads,
-                                                         progress, conn=self._conn, reader=self._archive)
+                                                         progress, conn=self._conn, reader=self._archive,
+                                                         pages=self._pages)
             return VerifyResult(verified, faults)
         options = VerifyOptions(incremental=incremental,
                                 subset=Subset.parse(subset) if isinstance(subset, str) else subset,
@@ -352,7 +358,7 @@ class Ledger:
         with self._lock, self._snapshot():
             self._refresh_archive()
             # Bodies before blocks, as verify_ledger scans them (see check/archive.py).
-            bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn)
+            bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn, pages=self._pages)
             blocks = index.scan_blocks(self.db_path, conn=self._conn)
             outcome = verify_part(self._archive, blocks, bodies, self.db_path, options, conn=self._conn,
                                   threads=threads, progress=progress)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import cores, db, index
+from capsem_core import cores, db, index, index_pages
 from capsem_core._native import _archive, _errors
 from capsem_core.errors import LedgerError
 from capsem_core.format import body_hash_text
@@ -114,15 +114,17 @@ def verify_bodies(bodies_path: db.PathArg, blocks: dict[str, Any], bodies: dict[
 def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, threads: int = 0,
                   progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True, *,
                   conn: sqlite3.Connection | None = None,
-                  reader: _archive.ArchiveReader | None = None) -> tuple[int, list[BodyFault]]:
+                  reader: _archive.ArchiveReader | None = None,
+                  pages: index_pages.HeldMap | None = None) -> tuple[int, list[BodyFault]]:
     """Scan the body index of db_path and verify every body in bodies_path (default: the
     .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
     used by the index scan and by the verify workers alike. ``conn``: the caller's
     connection to db_path, on which the scans run and findings are labelled; ``reader``: the
-    caller's open reader of the archive, whose map the kernel reads (nothing is opened again)."""
+    caller's open reader of the archive, whose map the kernel reads (nothing is opened again);
+    ``pages``: the caller's held map of session.db, for the body scan (``index.scan_bodies``)."""
     # Bodies before blocks: each body then names a block recorded at least as late as itself
     # (see check/archive.py), whichever snapshot each scan reads.
-    bodies = index.scan_bodies(db_path, threads=threads, conn=conn)
+    bodies = index.scan_bodies(db_path, threads=threads, conn=conn, pages=pages)
     n = bodies["id"].shape[0]
     if n == 0:
         return 0, []

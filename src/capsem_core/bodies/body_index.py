@@ -92,12 +92,14 @@ def _text(keys: dict[str, Any], name: str) -> TextColumn:
     return TextColumn(keys[name + "_data"], keys[name + "_offsets"], keys[name + "_null"])
 
 
-def scan_index(db_path: db.PathArg, conn: sqlite3.Connection, *, threads: int = 0) -> BodyIndex:
+def scan_index(db_path: db.PathArg, conn: sqlite3.Connection, *, threads: int = 0,
+               pages: index_pages.HeldMap | None = None) -> BodyIndex:
     """The whole body index of the ledger at db_path, read through ``conn`` (inside its read
-    transaction when it has one open, so the three scans see one snapshot). LedgerError
-    naming db_path when the index cannot be read."""
+    transaction when it has one open, so the three scans see one snapshot; ``pages``: the
+    caller's held map of session.db, used where it is that snapshot). LedgerError naming
+    db_path when the index cannot be read."""
     # Where the file is the snapshot, one pass over its pages gives spans and keys alike.
-    got = index_pages.scanned(db_path, conn, None, keys=True) if index.page_scans() else None
+    got = index_pages.scanned(db_path, conn, pages, keys=True) if index.page_scans() else None
     if got is not None:
         bodies, keys = got.bodies, got.keys
     else:
