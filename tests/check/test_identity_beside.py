@@ -16,7 +16,7 @@ import pytest
 
 from capsem_core import db as _db
 from capsem_core._native import _pages
-from capsem_core.check import check_ledger, identity, identity_pages, opening, pages, sql_checks
+from capsem_core.check import check_ledger, identity, identity_pages, opening, pages, run, sql_checks
 from capsem_core.check.report import CHECKS, CheckResult
 from capsem_core.errors import LedgerError
 from capsem_core.sample import write_sample_ledger
@@ -211,6 +211,31 @@ def test_a_check_that_fails_before_its_body_archive_step_does_not_leave_the_grap
     runner.join(60)
     assert not runner.is_alive(), "check waited for a pass that never ran"
     assert outcome and "cannot count the tables" in str(outcome[0])
+
+
+def test_a_check_interrupted_before_it_holds_the_graph_does_not_leave_a_worker_waiting(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = run._IdentityBeside.start.__func__   # type: ignore[attr-defined]
+
+    def interrupted(cls, page_check, route):  # type: ignore[no-untyped-def]
+        real(cls, page_check, route)
+        time.sleep(0.5)   # the walk ends and a worker takes the graph's job, which waits for the body pass
+        raise KeyboardInterrupt   # before the check holds the job's handle: nothing will signal it
+
+    monkeypatch.setattr(run._IdentityBeside, "start", classmethod(interrupted))
+    outcome: list[BaseException] = []
+
+    def checked() -> None:
+        try:
+            check_ledger(damaged)
+        except BaseException as exc:   # the interrupt, raised on this thread
+            outcome.append(exc)
+
+    runner = threading.Thread(target=checked, daemon=True)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "a worker kept waiting for a pass that never ran"
+    assert outcome and isinstance(outcome[0], KeyboardInterrupt)
 
 
 def test_a_small_ledger_runs_every_parts_sql_beside_the_page_check(

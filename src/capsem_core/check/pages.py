@@ -258,6 +258,11 @@ class PageCheck:
             t.start()
 
     @property
+    def stopping(self) -> bool:
+        """Whether the check is closing the page check (a job waiting on something should end)."""
+        return self._stop.is_set()
+
+    @property
     def shares_snapshot(self) -> bool:
         """True when the workers read exactly the checks' snapshot (the per-table method), so
         other reads of session.db may run on their connections (``run_beside``)."""

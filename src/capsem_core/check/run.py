@@ -192,6 +192,12 @@ class _IdentityBeside:
 
     def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
         """Which parts the pages show to hold; the SQL of the others queued on the workers."""
+        # The body index's pass codes event_body_blobs' columns in the graph's codes first. Its
+        # end is signalled in a finally; a check torn down (Ctrl-C) before it got there stops
+        # the page check, and then this job has nothing to decide.
+        while self.blobs is not None and not self.blobs.done.wait(0.05):
+            if self.page_check.stopping:
+                return []
         graph = identity_pages.read_graph(mapped, conn, self.graph, self.blobs)
         self.lifecycle = lifecycle_pages.lifecycle_from_graph(graph)
         held = identity_pages.held_parts(graph)
