@@ -8,6 +8,7 @@ status as one arriving later, never a traceback.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Signal handlers belong to the main thread (a test may call main from another).
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated_early) if on_main else None
+    # Nothing here multiplies matrices: numpy's OpenBLAS need not start a thread per core (and
+    # spin them) in every capsem-ledger process, about 0.1 s of CPU each. A value the user set
+    # is kept; a process that imported numpy already has its threads.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from capsem_core.cli import app
 
