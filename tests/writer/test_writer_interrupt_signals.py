@@ -9,8 +9,9 @@ random (seeded) moment, waits for the child to exit with 130 / 143, then checks 
 way ``capsem-ledger check --db ... --verify-bodies`` does, reads every indexed body with the
 independent oracle, and reopens the ledger for writing: the new bodies must verify too.
 
-The same ledger is reused round after round (each child also reopens an interrupted ledger);
-a damaged one is counted and replaced, so the count says how many interrupts did damage.
+The same ledger is reused for ROUNDS_PER_LEDGER rounds (each child reopens the ledger the one
+before it left interrupted), then a fresh one starts, so a round's checks stay small; a damaged
+one is counted and replaced, so the count says how many interrupts did damage.
 CAPSEM_INTERRUPT_SIGINTS / CAPSEM_INTERRUPT_SIGTERMS / CAPSEM_INTERRUPT_SEED change the campaign.
 """
 
@@ -37,6 +38,9 @@ SIGINTS = int(os.environ.get("CAPSEM_INTERRUPT_SIGINTS", "100"))
 SIGTERMS = int(os.environ.get("CAPSEM_INTERRUPT_SIGTERMS", "30"))
 SEED = int(os.environ.get("CAPSEM_INTERRUPT_SEED", "20261201"))
 MAX_DELAY_S = 0.08
+# Rounds that reuse one ledger (each child reopening what the one before it left) before a
+# fresh one starts.
+ROUNDS_PER_LEDGER = 16
 # A child still running this long after its signal lost it (see _interrupt): signal again.
 RESEND_AFTER_S = 10.0
 
@@ -191,7 +195,7 @@ def run_campaign(root: Path, sigints: int, sigterms: int, seed: int) -> dict[str
     exits: dict[int, int] = {}
     resent = 0
     generation = 0
-    ledger = root / "ledger-0"
+    ledger = written = root / "ledger-0"
     for n, signum in enumerate(signals):
         codec = "zstd" if n % 2 else "deflate"
         directory = ledger / codec
@@ -204,11 +208,15 @@ def run_campaign(root: Path, sigints: int, sigterms: int, seed: int) -> dict[str
             why = f"the writer exited {code}: {errors[:1]}"
         else:
             why = _damage(directory) or _reopen(directory, codec, n)
-        if why is not None:
-            damaged.append(f"signal {n} ({signal.Signals(signum).name}, {codec}): {why}")
+        written = ledger
+        # A damaged ledger is replaced; a sound one too after ROUNDS_PER_LEDGER rounds, so each
+        # round's checks (which read every body back) stay the size of a few rounds' writing.
+        if why is not None or (n + 1) % ROUNDS_PER_LEDGER == 0:
+            if why is not None:
+                damaged.append(f"signal {n} ({signal.Signals(signum).name}, {codec}): {why}")
             generation += 1
             ledger = root / f"ledger-{generation}"
-    return {"damaged": damaged, "exits": exits, "ledgers": ledger, "resent": resent}
+    return {"damaged": damaged, "exits": exits, "ledgers": written, "resent": resent}
 
 
 def test_sigint_and_sigterm_at_random_moments_never_damage_a_ledger(tmp_path: Path) -> None:
