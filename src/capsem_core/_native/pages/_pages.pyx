@@ -5,9 +5,10 @@
 ``walk`` follows every tree of the roots it is given, the freelist and the pointer map, and
 returns what a whole-file ``PRAGMA quick_check`` would report that per-table checks cannot;
 ``estimate`` sizes each tree cheaply for ordering work; ``records`` reads chosen columns of
-every row of one table tree into numpy arrays, texts as ``Codes`` (page_records.h). The walk
-and the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``): the caller words them, with the
-names it knows for each root. This module runs no SQL and imports nothing from the Python
+every row of one table tree into numpy arrays: integers, texts as ``Codes`` or as their bytes
+end to end (``TEXT``), a body_hash as its digest (``DIGEST``) (page_records.h). The walk and
+the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``):
+the caller words them, with the names it knows for each root. This module runs no SQL and imports nothing from the Python
 layer.
 """
 
