@@ -40,3 +40,17 @@ def test_a_database_in_utf16_is_not_utf8(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE t (x TEXT)")
     assert not page_tables.utf8(conn)
     conn.close()
+
+
+def test_a_map_is_the_file_sqlite_reads_only_while_their_headers_agree(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("CREATE TABLE t (x TEXT)")
+    mapped = _pages.PageFile(db)
+    reader = sqlite3.connect(db)
+    assert page_tables.same_file(mapped, reader)
+    writer.execute("INSERT INTO t SELECT printf('%.*c', 3000, 'x') FROM (SELECT 1 UNION SELECT 2 UNION SELECT 3)")
+    assert not page_tables.same_file(mapped, reader)   # the file grew past the map's header
+    assert page_tables.same_file(_pages.PageFile(db), reader)
+    for conn in (reader, writer):
+        conn.close()

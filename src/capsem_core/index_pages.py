@@ -82,7 +82,7 @@ class HeldMap:
     def for_snapshot(self, conn: sqlite3.Connection) -> _pages.PageFile | None:
         if not _reads_the_file(self.db_path, conn):
             return None
-        if self.file is None or not _same_file(self.file, conn):
+        if self.file is None or not page_tables.same_file(self.file, conn):
             self.close()
             self.file = _mapped(self.db_path)
         return self.file
@@ -107,16 +107,6 @@ def _reads_the_file(db_path: os.PathLike[str] | str, conn: sqlite3.Connection) -
     return conn.in_transaction and db.main_file_is_snapshot(db_path)
 
 
-def _same_file(pages: _pages.PageFile, conn: sqlite3.Connection) -> bool:
-    """Whether the mapped file is the one ``conn`` reads (its page count and schema cookie)."""
-    header = pages.header()
-    if header is None:
-        return False
-    count = conn.execute("PRAGMA page_count").fetchone()[0]
-    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
-    return bool(header["page_count"] == count and header["schema_cookie"] == cookie)
-
-
 def _integer(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """SQLite's integer of a column: NULL reads as 0."""
     return np.where(values == _pages.NULL_VALUE, 0, values)
@@ -139,7 +129,7 @@ def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool =
     exactly what the SQL scans would (see the module). ``keys``: read the key columns too
     (else ``PageIndex.keys`` is empty: what scan_bodies alone needs). ``alongside``: more
     columns to code in the same pass (its ``done`` is the caller's to set)."""
-    if not page_tables.utf8(conn) or not _same_file(pages, conn):
+    if not page_tables.utf8(conn) or not page_tables.same_file(pages, conn):
         return None
     root = page_tables.root_page(conn, TABLE)
     wanted = COLUMNS if keys else BODY_COLUMNS

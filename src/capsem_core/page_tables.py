@@ -1,4 +1,6 @@
-"""Which record column of a table's rows holds which declared column, for native page scans.
+"""What a native page scan of session.db checks before it runs: that the mapped file is the one
+SQLite reads (``same_file``), and which record column of a table's rows holds which declared
+column.
 
 A scan of session.db's own pages (``_pages.PageFile.records``) reads record columns by number,
 so before one runs, its caller asks here where each column it wants is stored, and whether
@@ -53,6 +55,18 @@ def record_columns(conn: sqlite3.Connection, table: str, names: Sequence[str], i
     return sorted(out)   # record order (ROWID, -1, first)
 
 
+def same_file(pages: _pages.PageFile, conn: sqlite3.Connection) -> bool:
+    """Whether the mapped file's header is the one ``conn``'s snapshot reads (page size and
+    count, freelist size, schema cookie): else the map is not the file SQLite reads (replaced,
+    or grown by a checkpoint since it was mapped), and a scan of it must not stand in for SQL."""
+    header = pages.header()
+    if header is None:
+        return False
+    want = [int(conn.execute(f"PRAGMA {p}").fetchone()[0])
+            for p in ("page_size", "page_count", "freelist_count", "schema_version")]
+    return want == [header["page_size"], header["page_count"], header["freelist_count"], header["schema_cookie"]]
+
+
 def root_page(conn: sqlite3.Connection, table: str) -> int | None:
     """The root page of ``table``'s tree, when sqlite_schema records a usable one."""
     row = conn.execute("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()
@@ -60,4 +74,4 @@ def root_page(conn: sqlite3.Connection, table: str) -> int | None:
     return root if isinstance(root, int) and not isinstance(root, bool) and 0 < root <= 0xFFFFFFFF else None
 
 
-__all__ = ["record_columns", "root_page", "utf8"]
+__all__ = ["record_columns", "root_page", "same_file", "utf8"]

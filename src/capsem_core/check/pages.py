@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capsem_core import cores, db
+from capsem_core import cores, db, page_tables
 from capsem_core._native import _pages
 from capsem_core.check import opening
 from capsem_core.check.page_words import walk_lines
@@ -228,11 +228,7 @@ class PageCheck:
             pages = _pages.PageFile(self.db_path)
         except OSError as exc:
             raise LedgerError(f"cannot read: {exc.strerror}", self.db_path) from None
-        header = pages.header()
-        want = [int(conn.execute(f"PRAGMA {p}").fetchone()[0])
-                for p in ("page_size", "page_count", "freelist_count", "schema_version")]
-        if header is None or want != [header["page_size"], header["page_count"], header["freelist_count"],
-                                      header["schema_cookie"]]:
+        if not page_tables.same_file(pages, conn):
             pages.close()
             return None
         return pages
