@@ -197,6 +197,19 @@ def test_the_graph_takes_event_body_blobs_from_the_body_index_pass_and_decides_t
     assert given == [True] and section == alone
 
 
+def test_the_graph_refuses_the_body_index_pass_before_it_has_ended(damaged: Path) -> None:
+    conn = opening.open_read_only(damaged, _db.read_plan(damaged))
+    mapped = _pages.PageFile(damaged)
+    try:
+        conn.execute("BEGIN")
+        graph = identity_pages.Graph()
+        with pytest.raises(RuntimeError, match="has not ended"):   # the pass may still hold its codes
+            identity_pages.read_graph(mapped, conn, graph, identity_pages.blobs_alongside(graph))
+    finally:
+        mapped.close()
+        conn.close()
+
+
 def test_a_check_that_fails_before_its_body_archive_step_does_not_leave_the_graph_waiting(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def unreadable(*_args: object) -> None:

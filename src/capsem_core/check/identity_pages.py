@@ -104,11 +104,11 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
                blobs: index_pages.Alongside | None = None) -> Graph | None:
     """Scan every table the parts read (``conn``: the checks' connection, for the schema) into
     ``graph`` (default a new one). ``blobs``: event_body_blobs' columns read by the body
-    index's pass (``blobs_alongside(graph)``): waited for first (its scan holds the graph's
-    codes), taken where that pass read them. None when the file cannot serve them (then every
-    part runs its SQL)."""
-    if blobs is not None:
-        blobs.done.wait()
+    index's pass (``blobs_alongside(graph)``), taken where that pass read them; the pass must
+    have ended (its scan holds the graph's codes). None when the file cannot serve them (then
+    every part runs its SQL)."""
+    if blobs is not None and not blobs.done.is_set():
+        raise RuntimeError("the body index's pass over event_body_blobs has not ended")
     if not page_tables.utf8(conn):
         return None
     graph = graph if graph is not None else Graph()

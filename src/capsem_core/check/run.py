@@ -127,13 +127,13 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
         graph = _IdentityBeside.start(page_check, route)
         tables = sql_checks.table_names(conn)
         row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
+        # The identity graph's traces and turns of event_body_blobs come from the same pass; its
+        # scan waits for the pass to end, read or not (an exception: the finally below).
         blobs = graph.blobs if graph is not None else None
-        try:   # the identity graph's traces and turns of event_body_blobs come from the same pass
-            index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
-                                               page_check.page_file, blobs)
-        finally:
-            if blobs is not None:
-                blobs.done.set()   # read or not: the graph's scan waits for this before it starts
+        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
+                                           page_check.page_file, blobs)
+        if blobs is not None:
+            blobs.done.set()
         sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
         # Where the identity graph's scan runs, it reads the tool lifecycle's columns too.
         lifecycle_later = graph is not None and graph.scans and sql_checks.lifecycle_tables(tables)
@@ -158,7 +158,7 @@ def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path
                 graph.fill_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
     finally:
         if graph is not None and graph.blobs is not None:
-            graph.blobs.done.set()   # a check that failed before its body archive step: never wait
+            graph.blobs.done.set()   # a check that failed before or in its body archive step
         if index is not None:
             index.close()
     return pending
