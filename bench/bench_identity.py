@@ -22,12 +22,10 @@ import pytest
 
 from capsem_core import db as _db
 from capsem_core._native import _pages
-from capsem_core.check import check_ledger, identity, identity_pages, opening
+from capsem_core.check import check_ledger, identity, identity_pages, lifecycle_pages, opening
 from capsem_core.check.report import CheckResult
 
 ROUNDS = 9   # the two checks differ by about a tenth: more rounds, steadier min and median
-LIFECYCLE_COLUMNS = {"model_calls": ("id",), "tool_calls": ("model_call_id", "call_id", "trace_id"),
-                     "tool_responses": ("model_call_id", "call_id", "trace_id")}
 
 
 def _check(db: Path) -> None:
@@ -42,7 +40,7 @@ def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch:
     monkeypatch.setattr(identity, "session_parts", lambda stopped: [])
     # The tool lifecycle's counts come from the same scan when the section runs: the baseline
     # keeps the scan of what they read, so the section is charged only for what it adds.
-    monkeypatch.setattr(identity_pages, "wanted", lambda: LIFECYCLE_COLUMNS)
+    monkeypatch.setattr(identity_pages, "wanted", lambda: dict(lifecycle_pages.USES))
     monkeypatch.setattr(identity_pages, "held_parts", lambda graph: [])
     benchmark.extra_info["baseline"] = True
     benchmark.pedantic(_check, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)

@@ -17,8 +17,9 @@ import numpy.typing as npt
 from capsem_core.check.identity_pages import NULL, Array, Graph, clean, member, pairs_in
 from capsem_core.check.sql_checks import Lifecycle
 
-_USES = {"tool_calls": ("call_id", "trace_id", "model_call_id"),
-         "tool_responses": ("call_id", "trace_id", "model_call_id"), "model_calls": ("id",)}
+# The columns the four counts read, per table (a bench's baseline scans exactly these).
+USES = {"tool_calls": ("call_id", "trace_id", "model_call_id"),
+        "tool_responses": ("call_id", "trace_id", "model_call_id"), "model_calls": ("id",)}
 
 
 def _answered(graph: Graph, rows: dict[str, Array], others: dict[str, Array]) -> npt.NDArray[np.bool_]:
@@ -40,7 +41,7 @@ def _unrecorded(rows: dict[str, Array], ids: Array) -> int:
 def lifecycle_from_graph(graph: Graph | None) -> Lifecycle | None:
     """The tool lifecycle's counts from ``graph`` (None when there is no graph or it read a
     column the counts use as another kind than declared: then the SQL must count)."""
-    if graph is None or not clean(graph, _USES):
+    if graph is None or not clean(graph, USES):
         return None
     calls, responses = graph.tables["tool_calls"].columns, graph.tables["tool_responses"].columns
     ids = graph.tables["model_calls"].columns["id"]
@@ -49,4 +50,4 @@ def lifecycle_from_graph(graph: Graph | None) -> Lifecycle | None:
                      missing_call=_unrecorded(calls, ids), missing_resp=_unrecorded(responses, ids))
 
 
-__all__ = ["lifecycle_from_graph"]
+__all__ = ["USES", "lifecycle_from_graph"]
