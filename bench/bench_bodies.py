@@ -14,8 +14,9 @@ Groups (the ratio table after the run divides each time into its group's baselin
   ``read_bodies(threads=1)``. Target: >= 5x.
 * ``read-body-random``: 10,000 ``read_body`` calls on the large sample at uniformly random
   bodies, and 10,000 over the bodies of 8 random blocks (a working set inside the cache):
-  today's reader (one cursor, ``block_cache_bytes=0``, the baseline) vs the default 32 MiB
-  block cache. Target: >= 5x.
+  today's reader (one cursor, ``block_cache_bytes=0``, zlib's stream alone: the baseline) vs
+  one cursor with libdeflate, and vs the default (libdeflate and a 32 MiB block cache).
+  Target: >= 5x.
 * ``test_peak_rss_of_batches_is_bounded_by_max_bytes``: peak RSS of ``body_batches`` over the
   million-body sample in a fresh process, at two max_bytes, printed (not asserted).
 
@@ -34,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core._native import _archive
+from capsem_core import ledger as ledger_module
 from capsem_core.ledger import Ledger
 from capsem_core import index
 
@@ -139,17 +141,34 @@ def _random_reads(db: Path, keys: list[tuple[str, str, str]], cache: int) -> int
         return sum(len(ledger.read_body(*k)) for k in keys)
 
 
-def _run_reads(benchmark, db, working_blocks, cache, baseline=False):
+class _ZlibOnly:
+    """The archive module as today's reader saw it: every reader Capsem's zlib stream alone."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(_archive, name)
+
+    @staticmethod
+    def ArchiveReader(path: str, cache_bytes: int = 0, **_: object) -> _archive.ArchiveReader:  # noqa: N802
+        return _archive.ArchiveReader(path, cache_bytes, use_libdeflate=False)
+
+
+def _run_reads(benchmark, db, working_blocks, cache, baseline=False, monkeypatch=None):
     keys = _keys(db, working_blocks)
     if baseline:
         benchmark.extra_info["baseline"] = True
+        monkeypatch.setattr(ledger_module, "_archive", _ZlibOnly())
     total = benchmark.pedantic(_random_reads, args=(db, keys, cache), rounds=1, iterations=1, warmup_rounds=0)
     assert total > 0
 
 
 @pytest.mark.benchmark(group="read-body-random")
-def test_random_today_one_cursor(benchmark, large):
-    _run_reads(benchmark, large, None, 0, baseline=True)
+def test_random_today_one_cursor(benchmark, large, monkeypatch):
+    _run_reads(benchmark, large, None, 0, baseline=True, monkeypatch=monkeypatch)
+
+
+@pytest.mark.benchmark(group="read-body-random")
+def test_random_libdeflate_one_cursor(benchmark, large):
+    _run_reads(benchmark, large, None, 0)
 
 
 @pytest.mark.benchmark(group="read-body-random")
@@ -158,8 +177,8 @@ def test_random_block_cache(benchmark, large):
 
 
 @pytest.mark.benchmark(group="read-body-working-set")
-def test_working_set_today_one_cursor(benchmark, large):
-    _run_reads(benchmark, large, 8, 0, baseline=True)
+def test_working_set_today_one_cursor(benchmark, large, monkeypatch):
+    _run_reads(benchmark, large, 8, 0, baseline=True, monkeypatch=monkeypatch)
 
 
 @pytest.mark.benchmark(group="read-body-working-set")
@@ -173,6 +192,7 @@ def test_working_set_block_cache(benchmark, large):
 # pytest process would report the parent's peak.
 _RSS_CHILD = """
 import json, sys
+from capsem_core import ledger as ledger_module
 from capsem_core.ledger import Ledger
 def hwm():
     with open("/proc/self/status") as f:

@@ -168,7 +168,8 @@ class Ledger:
         # Under the lock: a session.bodies renamed over since open is opened anew.
         self._live()
         if self._archive.file_was_replaced():
-            fresh = _archive.ArchiveReader(str(self.bodies_path), self._archive.cache_bytes)
+            fresh = _archive.ArchiveReader(str(self.bodies_path), self._archive.cache_bytes,
+                                           use_libdeflate=self._archive.uses_libdeflate)
             self._archive.close()  # its map and descriptor name the replaced file
             self._archive = fresh
 

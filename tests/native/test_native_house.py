@@ -81,8 +81,8 @@ def test_the_neon_level_is_built_and_offered_only_for_arm64_targets():
 
 def test_the_codecs_are_built_against_their_own_headers():
     reader = (NATIVE / "archive" / "archive_reader.c").read_text()
-    verify = (NATIVE / "archive" / "archive_verify.c").read_text()
-    assert "#include <zstd.h>" in reader and "#include <libdeflate.h>" in verify
+    inflate = (NATIVE / "archive" / "archive_inflate.c").read_text()
+    assert "#include <zstd.h>" in reader and "#include <libdeflate.h>" in inflate
     # No native source declares a codec entry point of its own.
     declared = re.compile(r"^\s*(?:size_t|unsigned|ZSTD_DCtx\s*\*|enum libdeflate_result|struct libdeflate_decompressor\s*\*)"
                           r"\s*(?:ZSTD_|libdeflate_)\w+\s*\(", re.M)

@@ -454,11 +454,10 @@ class _Bits:
         return bytes(sum(b[i + k] << k for k in range(8)) for i in range(0, len(b), 8))
 
 
-@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
-                                       "docs/reliability.md F4, open")
-def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_path):
+def _symbol_286_ledger(tmp_path):
     """A fixed-Huffman block using litlen symbol 286 (no length in deflate: zlib says "invalid
-    literal/length code"), every hash written to match what libdeflate makes of it (length 258)."""
+    literal/length code"), every hash written to match what libdeflate makes of it (length
+    258); (session.db, the body)."""
     body = b"a" * 261
     db = _one_block_ledger(tmp_path, [body, b"second body " * 4])
     segs = _segs(db)
@@ -476,12 +475,28 @@ def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_pa
     _rewrite_block(db, [(False, body, forged),
                         (False, b"second body " * 4, _sync_payload(b"second body " * 4, body)),
                         (True, b"", data[segs[2].at + 52:segs[2].end])])
+    return db, body
+
+
+@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
+                                       "docs/reliability.md F4, open")
+def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_path):
+    db, _ = _symbol_286_ledger(tmp_path)
     want = baseline.verify_ledger(db)
     assert want[0] == 0 and {f[8] for f in want[1]} == {"inflate"}
     assert kernel(db, threads=1, use_libdeflate=False) == want
     assert kernel(db, threads=1, use_libdeflate=True) == want
 
 
+@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
+                                       "docs/reliability.md F4, open")
+def test_a_length_symbol_zlib_refuses_is_refused_by_the_reader_with_libdeflate_too(tmp_path):
+    db, body = _symbol_286_ledger(tmp_path)
+    ref = (16, 0, len(body))
+    with pytest.raises(errors.InflateError):
+        _archive.ArchiveReader(db.with_suffix(".bodies"), use_libdeflate=False).read(*ref)
+    with pytest.raises(errors.InflateError):
+        _archive.ArchiveReader(db.with_suffix(".bodies")).read(*ref)
 
 
 @pytest.mark.parametrize("hasher", ["ours", "package"])

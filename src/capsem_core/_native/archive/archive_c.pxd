@@ -46,10 +46,16 @@ cdef extern from "archive_reader.h" nogil:
     capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
                                      capsem_extent *out, capsem_error *err, capsem_segment_table *table)
 
+cdef extern from "archive_inflate.h" nogil:
+    ctypedef struct capsem_inflater:
+        pass
+    capsem_inflater *capsem_inflater_new()
+    void capsem_inflater_free(capsem_inflater *f)
+
 cdef extern from "archive_guard.h" nogil:
     int capsem_guard_install()
-    capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                       uint64_t end, capsem_error *err)
+    capsem_status capsem_guarded_reach(capsem_cursor *c, capsem_inflater *fast, const uint8_t *base, uint64_t size,
+                                       uint64_t block_offset, uint64_t end, capsem_error *err)
     capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
                                              uint64_t disk_len, capsem_extent *out, capsem_error *err,
                                              capsem_segment_table *table)

@@ -12,8 +12,8 @@ static void shrank(capsem_error *err, uint64_t at) {
     snprintf(err->detail, sizeof err->detail, "the file shrank while it was read");
 }
 
-capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                   uint64_t end, capsem_error *err) {
+capsem_status capsem_guarded_reach(capsem_cursor *c, struct capsem_inflater_s *fast, const uint8_t *base, uint64_t size,
+                                   uint64_t block_offset, uint64_t end, capsem_error *err) {
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         capsem_cursor_discard(c);
         shrank(err, block_offset);
@@ -21,7 +21,7 @@ capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64
     }
     capsem_guard_range(base, size);
     capsem_guard_armed = 1;
-    capsem_status st = capsem_cursor_reach(c, base, size, block_offset, end, err);
+    capsem_status st = capsem_cursor_reach_with(c, fast, base, size, block_offset, end, err);
     capsem_guard_armed = 0;
     return st;
 }

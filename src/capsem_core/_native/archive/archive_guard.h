@@ -6,11 +6,11 @@
 #include "archive_reader.h"
 #include "map_guard.h"
 
-/* capsem_cursor_reach and capsem_walk_extent with the guard armed: a SIGBUS while they touch
- * the map becomes CAPSEM_E_TRUNCATED ("the file shrank while it was read"), the cursor
+/* capsem_cursor_reach_with and capsem_walk_extent with the guard armed: a SIGBUS while they
+ * touch the map becomes CAPSEM_E_TRUNCATED ("the file shrank while it was read"), the cursor
  * discarded. */
-capsem_status capsem_guarded_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                   uint64_t end, capsem_error *err);
+capsem_status capsem_guarded_reach(capsem_cursor *c, struct capsem_inflater_s *fast, const uint8_t *base, uint64_t size,
+                                   uint64_t block_offset, uint64_t end, capsem_error *err);
 capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
                                          uint64_t disk_len, capsem_extent *out, capsem_error *err,
                                          capsem_segment_table *table);

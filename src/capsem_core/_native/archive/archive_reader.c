@@ -1,7 +1,9 @@
 /* The block cursor: Capsem's read protocol (facts §4.2) over a caller's view of the file.
  * Every segment header is bounded before its payload is touched; the payload is inflated
  * into raw_len + 1 bytes so an overlong segment shows; the segment hash is checked before
- * its bytes count as held. */
+ * its bytes count as held. A caller may hand it an inflater (capsem_cursor_reach_with): a
+ * deflate block's segments are then tried with libdeflate first (archive_inflate.c), and the
+ * zlib stream takes over where that fails, so a failure is named as zlib names it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "archive_inflate.h"
 #include "archive_reader.h"
 #include "blake3.h"
 
@@ -27,6 +30,9 @@ struct capsem_cursor {
     size_t raw_cap;
     z_stream z;
     int z_ready;
+    /* The zlib stream is not at `held` (libdeflate read the segments before it): reset it
+     * and give it the window before it inflates the next segment. */
+    int z_stale;
     ZSTD_DCtx *zd;
     uint64_t blocks_inflated;
     uint64_t segments_inflated;
@@ -115,6 +121,7 @@ static capsem_status start_block(capsem_cursor *c, const uint8_t *base, uint64_t
             return CAPSEM_E_NOMEM;
         }
         c->z_ready = 1;
+        c->z_stale = 0;
     } else {
         if (!c->zd) {
             c->zd = ZSTD_createDCtx();
@@ -222,6 +229,16 @@ static capsem_status next_segment(capsem_cursor *c, const uint8_t *base, uint64_
         set_error(err, CAPSEM_E_NOMEM, at, "no memory for the block's raw bytes");
         return CAPSEM_E_NOMEM;
     }
+    if (c->codec == CAPSEM_CODEC_DEFLATE && c->z_stale) {
+        /* A sync-flushed segment starts byte-aligned on a deflate block boundary, so a reset
+         * stream with the last 32 KiB as its dictionary decodes it as the running one would. */
+        uInt dict = c->held < 32768u ? (uInt)c->held : 32768u;
+        if (inflateReset(&c->z) != Z_OK || (dict && inflateSetDictionary(&c->z, c->raw + c->held - dict, dict) != Z_OK)) {
+            set_error(err, CAPSEM_E_INFLATE, at, "zlib could not take the block's window");
+            return CAPSEM_E_INFLATE;
+        }
+        c->z_stale = 0;
+    }
     uint8_t *out = c->raw + c->held;
     uint64_t produced = 0, unconsumed = 0;
     int ended = 0;
@@ -267,8 +284,8 @@ static capsem_status next_segment(capsem_cursor *c, const uint8_t *base, uint64_
     return CAPSEM_OK;
 }
 
-capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
-                                  uint64_t end, capsem_error *err) {
+static capsem_status reach(capsem_cursor *c, capsem_inflater *fast, const uint8_t *base, uint64_t size,
+                           uint64_t block_offset, uint64_t end, capsem_error *err) {
     if (err) err->raw_done = 0;
     if (end > CAPSEM_MAX_BLOCK_RAW_BYTES) {
         set_error(err, CAPSEM_E_RANGE, block_offset, NULL);
@@ -279,6 +296,17 @@ capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_
         if (st != CAPSEM_OK) {
             capsem_cursor_discard(c);
             return st;
+        }
+    }
+    if (fast && c->codec == CAPSEM_CODEC_DEFLATE && !c->finished && c->held < end) {
+        capsem_inflate_end got;
+        if (capsem_inflate_segments(fast, base, size, c->next_segment, c->held, end, &c->raw, &c->raw_cap, NULL, NULL,
+                                    &got)) {
+            c->held = got.held;
+            c->next_segment = got.next;
+            c->finished = got.final;
+            c->segments_inflated += got.segments;
+            c->z_stale = 1;
         }
     }
     while (c->held < end) {
@@ -388,4 +416,14 @@ capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t bl
     }
     out->raw_len = raw;
     return CAPSEM_OK;
+}
+
+capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                  uint64_t end, capsem_error *err) {
+    return reach(c, NULL, base, size, block_offset, end, err);
+}
+
+capsem_status capsem_cursor_reach_with(capsem_cursor *c, capsem_inflater *fast, const uint8_t *base, uint64_t size,
+                                       uint64_t block_offset, uint64_t end, capsem_error *err) {
+    return reach(c, fast, base, size, block_offset, end, err);
 }

@@ -41,6 +41,11 @@ void capsem_cursor_discard(capsem_cursor *c);
  * and call again. */
 capsem_status capsem_cursor_reach(capsem_cursor *c, const uint8_t *base, uint64_t size, uint64_t block_offset,
                                   uint64_t end, capsem_error *err);
+/* capsem_cursor_reach, with a deflate block's segments tried with libdeflate first through
+ * `fast` (NULL: the zlib stream only). The bytes held and every error are the same. */
+struct capsem_inflater_s;
+capsem_status capsem_cursor_reach_with(capsem_cursor *c, struct capsem_inflater_s *fast, const uint8_t *base,
+                                       uint64_t size, uint64_t block_offset, uint64_t end, capsem_error *err);
 
 const uint8_t *capsem_cursor_raw(const capsem_cursor *c);
 uint64_t capsem_cursor_held(const capsem_cursor *c);

@@ -3,10 +3,10 @@
  * Work is split by block: the bodies of one block (a run of the archive-ordered index) are
  * verified by one worker with its own cursor, so each segment is inflated once. A block is
  * inflated only as far as its last referenced span needs, as Capsem's doctor does. With
- * libdeflate (about three times zlib's streaming inflate here) each deflate segment is
- * inflated by its own call with the streaming reader's per-segment checks, and every
- * segment hash is checked on its raw slice; any failure falls back to the streaming cursor
- * (zlib / zstd), which names the exact failing segment. Outcomes are written per body into
+ * libdeflate each deflate segment is inflated by its own call with the streaming reader's
+ * per-segment checks, and every segment hash is checked on its raw slice (archive_inflate.c);
+ * any failure falls back to the streaming cursor (zlib / zstd), which names the exact failing
+ * segment. Outcomes are written per body into
  * caller arrays at fixed indices, so results do not depend on the number of threads. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -19,10 +19,9 @@
 #include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
 #include <unistd.h>
 
-#include <libdeflate.h>
-
 #include "archive_file.h"
 #include "archive_guard.h"
+#include "archive_inflate.h"
 #include "pool_wait.h"
 
 #include "archive_verify.h"
@@ -32,23 +31,13 @@
 /* Bodies per batch: every row naming a span hashed in the batch (rows share spans when
  * the writer deduplicated their bodies). */
 #define MEMBER_BATCH (4 * HASH_BATCH)
-/* Segment hashes checked together (hash_many spreads short segments over SIMD lanes). */
-#define FAST_MAX_SEGMENTS 4096
-/* The deflate window: the raw bytes a segment's matches may reach back into. */
-#define DICT_MAX 32768u
-/* A stored block header in a byte-aligned position: BFINAL/BTYPE byte, LEN, NLEN. */
-#define STORED_HEAD 5u
-/* Raw bytes in the final stored block appended to a non-final payload. */
-#define END_DATA 16u
+#define END_DATA CAPSEM_INFLATE_END_DATA
 
 /* Workers sit side by side in one array: each starts on its own cache line, so one
  * worker's writes to its batch never invalidate the line holding its neighbour's fields. */
 typedef struct {
     _Alignas(64) capsem_verify_job *job;
     capsem_cursor *cursor;
-    struct libdeflate_decompressor *ld;
-    uint8_t *comp;
-    size_t comp_cap;
     uint8_t *raw;
     size_t raw_cap;
     /* The distinct spans of the batch, hashed once each ... */
@@ -58,10 +47,7 @@ typedef struct {
     /* ... and the bodies naming them: body index, and which span. */
     size_t member[MEMBER_BATCH];
     uint32_t member_span[MEMBER_BATCH];
-    uint64_t seg_start[FAST_MAX_SEGMENTS];
-    uint64_t seg_len[FAST_MAX_SEGMENTS];
-    const uint8_t *seg_hash[FAST_MAX_SEGMENTS];
-    uint8_t seg_out[FAST_MAX_SEGMENTS * 32];
+    capsem_inflater fast;
 } worker;
 
 struct capsem_verify_job {
@@ -86,17 +72,6 @@ struct capsem_verify_job {
     capsem_error *errors;
     size_t nerrors, errors_cap;
 };
-
-static int grow(uint8_t **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 1;
-    size_t c = *cap ? *cap : (1u << 20);
-    while (c < need) c *= 2;
-    uint8_t *p = realloc(*buf, c);
-    if (!p) return 0;
-    *buf = p;
-    *cap = c;
-    return 1;
-}
 
 static int32_t record_error(capsem_verify_job *job, const capsem_error *e) {
     pthread_mutex_lock(&job->lock);
@@ -130,125 +105,29 @@ static size_t find_block(const capsem_verify_spec *s, int64_t off) {
     return (lo < s->nblocks && s->blk_offset[lo] == off) ? lo : (size_t)-1;
 }
 
-/* Compares the hashes of the last nseg segments inflated (their raw slices of w->raw). */
-static int segment_hashes_match(worker *w, size_t nseg) {
-    capsem_blake3_hash_many(w->raw, w->seg_start, w->seg_len, nseg, w->seg_out);
-    for (size_t k = 0; k < nseg; k++) {
-        if (memcmp(w->seg_out + 32 * k, w->seg_hash[k], 32) != 0) return 0;
-    }
-    return 1;
-}
-
-/* The block at blk inflated segment by segment, one libdeflate call each, until it holds
- * `need` raw bytes or its FINAL segment is read (the segments the streaming cursor would
- * read). Each call checks what the cursor checks of that segment: exactly raw_len bytes
- * out, every compressed byte consumed, the stream ended iff FINAL; then every segment hash.
- *
- * libdeflate has no preset dictionary, but a raw-deflate stream may begin with a stored
- * block, so segment k > 0 is inflated behind a non-final stored block holding the window
- * (the last min(32 KiB, raw_start) raw bytes), written back over themselves in the block
- * buffer. A non-final payload gets a final stored block of END_DATA random bytes appended,
- * which must come out as they went in after exactly raw_len bytes: the whole input is
- * consumed with a stream end and those bytes last only when the payload itself ends
- * byte-aligned at a block boundary before any final block (a crafted Huffman block running
- * on into a known tail could decode it as its own data; random bytes it cannot), which is
- * exactly the state the cursor's inflater must be left in for the next segment to decode
- * the same way. So success here means the cursor reads the same bytes, for every deflate
- * stream zlib accepts (libdeflate also decodes a few constructs zlib refuses and no deflate
- * writer emits: docs/reliability.md, F4). On any failure (0) the block takes the cursor,
- * which names the failing segment. Returns 1 with *held (raw bytes verified) and *next (the
- * file offset after the last segment read). With the walk's segment table (spec.segs) the
- * headers are taken from it, not parsed again; past the table's end the block falls back. */
+/* The block at blk inflated by capsem_inflate_segments until it holds `need` raw bytes or
+ * its FINAL segment is read (the segments the streaming cursor would read); 0 on any failure
+ * (the block then takes the cursor, which names the failing segment). With the walk's
+ * segment table (spec.segs) the headers are taken from it, not parsed again; past the
+ * table's end the block falls back. */
 static int inflate_segments(worker *w, size_t b, uint64_t blk, uint64_t need, uint64_t *held_out,
                             uint64_t *next_out) {
-    /* BFINAL 1, BTYPE 00 (stored), LEN = END_DATA, NLEN = ~LEN. */
-    static const uint8_t end_head[STORED_HEAD] = {0x01, END_DATA, 0x00, (uint8_t)~END_DATA, 0xFF};
     const capsem_verify_spec *s = &w->job->spec;
     uint8_t codec = 0;
     if (blk > s->size || s->size - blk < CAPSEM_BLOCK_HEADER_BYTES) return 0;
     if (capsem_parse_block_header(s->base + blk, CAPSEM_BLOCK_HEADER_BYTES, &codec) != CAPSEM_OK) return 0;
     if (codec != CAPSEM_CODEC_DEFLATE) return 0;
-    if (!w->ld) {
-        w->ld = libdeflate_alloc_decompressor();
-        if (!w->ld) return 0;
-    }
-    uint64_t at = blk + CAPSEM_BLOCK_HEADER_BYTES, held = 0;
-    size_t nseg = 0;
-    int final = 0;
     const capsem_segment_ref *ref = NULL, *ref_end = NULL;
     if (s->segs && b != (size_t)-1) {
         ref = s->segs + s->seg_first[b];
         ref_end = s->segs + s->seg_first[b + 1];
     }
-    while (held < need && !final) {
-        capsem_segment_header h;
-        if (ref) {
-            if (ref == ref_end || ref->at != at) return 0;
-            h.raw_len = ref->raw_len;
-            h.comp_len = ref->comp_len;
-            h.flags = ref->flags;
-            ref++;
-        }
-        if (at > s->size || s->size - at < CAPSEM_SEGMENT_HEADER_BYTES) return 0;
-        if (!ref && capsem_parse_segment_header(s->base + at, CAPSEM_SEGMENT_HEADER_BYTES, (uint32_t)held, &h) !=
-                        CAPSEM_OK)
-            return 0;
-        uint64_t payload_at = at + CAPSEM_SEGMENT_HEADER_BYTES;
-        if (s->size - payload_at < h.comp_len) return 0;
-        const uint8_t *payload = s->base + payload_at;
-        final = (h.flags & CAPSEM_SEGMENT_FINAL) != 0;
-        /* The walk checked every non-final payload's sync tail. */
-        if (!ref && !final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
-        /* held + raw_len <= 16 MiB by the header bounds; the end data lands after raw_len. */
-        size_t end = final ? 0 : END_DATA;
-        if (!grow(&w->raw, &w->raw_cap, held + h.raw_len + END_DATA)) return 0;
-        size_t dict = held < DICT_MAX ? (size_t)held : DICT_MAX;
-        const uint8_t *in = payload;
-        size_t in_len = h.comp_len;
-        if (dict || !final) {
-            /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 21. */
-            if (!grow(&w->comp, &w->comp_cap, STORED_HEAD + dict + h.comp_len + STORED_HEAD + END_DATA)) return 0;
-            size_t n = 0;
-            if (dict) {
-                w->comp[0] = 0x00; /* BFINAL 0, BTYPE 00 (stored), then LEN and NLEN little-endian */
-                w->comp[1] = (uint8_t)dict;
-                w->comp[2] = (uint8_t)(dict >> 8);
-                w->comp[3] = (uint8_t)~dict;
-                w->comp[4] = (uint8_t)(~dict >> 8);
-                memcpy(w->comp + STORED_HEAD, w->raw + held - dict, dict);
-                n = STORED_HEAD + dict;
-            }
-            memcpy(w->comp + n, payload, h.comp_len);
-            n += h.comp_len;
-            if (!final) {
-                memcpy(w->comp + n, end_head, STORED_HEAD);
-                memcpy(w->comp + n + STORED_HEAD, w->job->end_data, END_DATA);
-                n += STORED_HEAD + END_DATA;
-            }
-            in = w->comp;
-            in_len = n;
-        }
-        /* A stream that stops early (a final block inside a non-final payload) leaves input
-         * over; one that runs past its raw_len does not fit the output. */
-        size_t in_used = 0, out_used = 0;
-        enum libdeflate_result r = libdeflate_deflate_decompress_ex(w->ld, in, in_len, w->raw + held - dict,
-                                                                    dict + h.raw_len + end, &in_used, &out_used);
-        if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
-        if (end && memcmp(w->raw + held + h.raw_len, w->job->end_data, END_DATA) != 0) return 0;
-        if (nseg == FAST_MAX_SEGMENTS) {
-            if (!segment_hashes_match(w, nseg)) return 0;
-            nseg = 0;
-        }
-        w->seg_start[nseg] = held;
-        w->seg_len[nseg] = h.raw_len;
-        w->seg_hash[nseg] = s->base + at + 20;
-        nseg++;
-        held += h.raw_len;
-        at = payload_at + h.comp_len;
-    }
-    if (nseg && !segment_hashes_match(w, nseg)) return 0;
-    *held_out = held;
-    *next_out = at;
+    capsem_inflate_end end;
+    if (!capsem_inflate_segments(&w->fast, s->base, s->size, blk + CAPSEM_BLOCK_HEADER_BYTES, 0, need, &w->raw,
+                                 &w->raw_cap, ref, ref_end, &end))
+        return 0;
+    *held_out = end.held;
+    *next_out = end.next;
     return 1;
 }
 
@@ -445,8 +324,7 @@ static void free_workers(capsem_verify_job *job) {
     for (int t = 0; t < job->nworkers; t++) {
         worker *w = &job->workers[t];
         capsem_cursor_free(w->cursor);
-        if (w->ld) libdeflate_free_decompressor(w->ld);
-        free(w->comp);
+        capsem_inflater_clear(&w->fast);
         free(w->raw);
     }
     free(job->workers);
@@ -493,6 +371,7 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
         job->workers[t].job = job;
         job->workers[t].cursor = capsem_cursor_new();
         if (!job->workers[t].cursor) goto fail;
+        memcpy(job->workers[t].fast.end_data, job->end_data, END_DATA);
     }
     int started = 0;
     pthread_mutex_lock(&job->lock);

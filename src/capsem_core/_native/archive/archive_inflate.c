@@ -1,0 +1,159 @@
+/* A deflate block's segments, one libdeflate call each (about three times zlib's streaming
+ * inflate here), with the streaming cursor's per-segment checks: exactly raw_len bytes out,
+ * every compressed byte consumed, the stream ended iff FINAL; then every segment hash.
+ *
+ * libdeflate has no preset dictionary, but a raw-deflate stream may begin with a stored
+ * block, so a segment after raw byte 0 is inflated behind a non-final stored block holding
+ * the window (the last min(32 KiB, raw_start) raw bytes), written back over themselves in
+ * the raw buffer. A non-final payload gets a final stored block of END_DATA random bytes
+ * appended, which must come out as they went in after exactly raw_len bytes: the whole input
+ * is consumed with a stream end and those bytes last only when the payload itself ends
+ * byte-aligned at a block boundary before any final block (a crafted Huffman block running
+ * on into a known tail could decode it as its own data; random bytes it cannot), which is
+ * exactly the state the cursor's inflater must be left in for the next segment to decode
+ * the same way. So success here means the cursor reads the same bytes, for every deflate
+ * stream zlib accepts (libdeflate also decodes a few constructs zlib refuses and no deflate
+ * writer emits: docs/reliability.md, F4). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
+
+#include <libdeflate.h>
+
+#include "archive_inflate.h"
+#include "blake3.h"
+
+/* The deflate window: the raw bytes a segment's matches may reach back into. */
+#define DICT_MAX 32768u
+/* A stored block header in a byte-aligned position: BFINAL/BTYPE byte, LEN, NLEN. */
+#define STORED_HEAD 5u
+#define END_DATA CAPSEM_INFLATE_END_DATA
+
+capsem_inflater *capsem_inflater_new(void) {
+    capsem_inflater *f = calloc(1, sizeof *f);
+    if (f && getentropy(f->end_data, END_DATA) != 0) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void capsem_inflater_clear(capsem_inflater *f) {
+    if (!f) return;
+    if (f->ld) libdeflate_free_decompressor(f->ld);
+    free(f->comp);
+    f->ld = NULL;
+    f->comp = NULL;
+    f->comp_cap = 0;
+}
+
+void capsem_inflater_free(capsem_inflater *f) {
+    capsem_inflater_clear(f);
+    free(f);
+}
+
+static int grow(uint8_t **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : (1u << 20);
+    while (c < need) c *= 2;
+    uint8_t *p = realloc(*buf, c);
+    if (!p) return 0;
+    *buf = p;
+    *cap = c;
+    return 1;
+}
+
+/* Compares the hashes of the last nseg segments inflated (their raw slices of raw). */
+static int hashes_match(capsem_inflater *f, const uint8_t *raw, size_t nseg) {
+    capsem_blake3_hash_many(raw, f->seg_start, f->seg_len, nseg, f->seg_out);
+    for (size_t k = 0; k < nseg; k++) {
+        if (memcmp(f->seg_out + 32 * k, f->seg_hash[k], 32) != 0) return 0;
+    }
+    return 1;
+}
+
+int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t size, uint64_t at, uint64_t held,
+                            uint64_t need, uint8_t **raw, size_t *raw_cap, const capsem_segment_ref *ref,
+                            const capsem_segment_ref *ref_end, capsem_inflate_end *out) {
+    /* BFINAL 1, BTYPE 00 (stored), LEN = END_DATA, NLEN = ~LEN. */
+    static const uint8_t end_head[STORED_HEAD] = {0x01, END_DATA, 0x00, (uint8_t)~END_DATA, 0xFF};
+    if (!f->ld) {
+        f->ld = libdeflate_alloc_decompressor();
+        if (!f->ld) return 0;
+    }
+    size_t nseg = 0;
+    uint64_t segments = 0;
+    int final = 0;
+    while (held < need && !final) {
+        capsem_segment_header h;
+        if (ref) {
+            if (ref == ref_end || ref->at != at) return 0;
+            h.raw_len = ref->raw_len;
+            h.comp_len = ref->comp_len;
+            h.flags = ref->flags;
+            ref++;
+        }
+        if (at > size || size - at < CAPSEM_SEGMENT_HEADER_BYTES) return 0;
+        if (!ref && capsem_parse_segment_header(base + at, CAPSEM_SEGMENT_HEADER_BYTES, (uint32_t)held, &h) != CAPSEM_OK)
+            return 0;
+        uint64_t payload_at = at + CAPSEM_SEGMENT_HEADER_BYTES;
+        if (size - payload_at < h.comp_len) return 0;
+        const uint8_t *payload = base + payload_at;
+        final = (h.flags & CAPSEM_SEGMENT_FINAL) != 0;
+        /* The walk checked every non-final payload's sync tail. */
+        if (!ref && !final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
+        /* held + raw_len <= 16 MiB by the header bounds; the end data lands after raw_len. */
+        size_t end = final ? 0 : END_DATA;
+        if (!grow(raw, raw_cap, held + h.raw_len + END_DATA)) return 0;
+        size_t dict = held < DICT_MAX ? (size_t)held : DICT_MAX;
+        const uint8_t *in = payload;
+        size_t in_len = h.comp_len;
+        if (dict || !final) {
+            /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 21. */
+            if (!grow(&f->comp, &f->comp_cap, STORED_HEAD + dict + h.comp_len + STORED_HEAD + END_DATA)) return 0;
+            size_t n = 0;
+            if (dict) {
+                f->comp[0] = 0x00; /* BFINAL 0, BTYPE 00 (stored), then LEN and NLEN little-endian */
+                f->comp[1] = (uint8_t)dict;
+                f->comp[2] = (uint8_t)(dict >> 8);
+                f->comp[3] = (uint8_t)~dict;
+                f->comp[4] = (uint8_t)(~dict >> 8);
+                memcpy(f->comp + STORED_HEAD, *raw + held - dict, dict);
+                n = STORED_HEAD + dict;
+            }
+            memcpy(f->comp + n, payload, h.comp_len);
+            n += h.comp_len;
+            if (!final) {
+                memcpy(f->comp + n, end_head, STORED_HEAD);
+                memcpy(f->comp + n + STORED_HEAD, f->end_data, END_DATA);
+                n += STORED_HEAD + END_DATA;
+            }
+            in = f->comp;
+            in_len = n;
+        }
+        /* A stream that stops early (a final block inside a non-final payload) leaves input
+         * over; one that runs past its raw_len does not fit the output. */
+        size_t in_used = 0, out_used = 0;
+        enum libdeflate_result r = libdeflate_deflate_decompress_ex(f->ld, in, in_len, *raw + held - dict,
+                                                                    dict + h.raw_len + end, &in_used, &out_used);
+        if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
+        if (end && memcmp(*raw + held + h.raw_len, f->end_data, END_DATA) != 0) return 0;
+        if (nseg == CAPSEM_INFLATE_MAX_SEGMENTS) {
+            if (!hashes_match(f, *raw, nseg)) return 0;
+            nseg = 0;
+        }
+        f->seg_start[nseg] = held;
+        f->seg_len[nseg] = h.raw_len;
+        f->seg_hash[nseg] = base + at + 20;
+        nseg++;
+        segments++;
+        held += h.raw_len;
+        at = payload_at + h.comp_len;
+    }
+    if (nseg && !hashes_match(f, *raw, nseg)) return 0;
+    out->held = held;
+    out->next = at;
+    out->final = final;
+    out->segments = segments;
+    return 1;
+}

@@ -1,0 +1,59 @@
+/* A deflate block's segments inflated with libdeflate, one call per segment, each behind its
+ * window (see archive_inflate.c). Shared by the verify kernel and the reader's cursor: both
+ * try it first and fall back to the streaming cursor (zlib), which names a failing segment. */
+#ifndef CAPSEM_ARCHIVE_INFLATE_H
+#define CAPSEM_ARCHIVE_INFLATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "archive_reader.h"
+
+/* Raw bytes in the final stored block appended to a non-final payload; a raw buffer needs
+ * this much room past the last segment's raw bytes. */
+#define CAPSEM_INFLATE_END_DATA 16u
+/* Segment hashes checked together (hash_many spreads short segments over SIMD lanes). */
+#define CAPSEM_INFLATE_MAX_SEGMENTS 4096
+
+struct libdeflate_decompressor;
+
+typedef struct capsem_inflater_s {
+    struct libdeflate_decompressor *ld;
+    uint8_t *comp; /* window + payload + end block of one segment */
+    size_t comp_cap;
+    /* What the stored block ending a non-final segment's input holds: random, chosen by
+     * the owner, so no payload can be written to decode it as its own data. */
+    uint8_t end_data[CAPSEM_INFLATE_END_DATA];
+    uint64_t seg_start[CAPSEM_INFLATE_MAX_SEGMENTS];
+    uint64_t seg_len[CAPSEM_INFLATE_MAX_SEGMENTS];
+    const uint8_t *seg_hash[CAPSEM_INFLATE_MAX_SEGMENTS];
+    uint8_t seg_out[CAPSEM_INFLATE_MAX_SEGMENTS * 32];
+} capsem_inflater;
+
+/* A zeroed inflater with fresh random end data; NULL when no memory or no entropy. */
+capsem_inflater *capsem_inflater_new(void);
+void capsem_inflater_free(capsem_inflater *f);
+/* Release what the inflater allocated lazily (an inflater inside another struct). */
+void capsem_inflater_clear(capsem_inflater *f);
+
+/* What capsem_inflate_segments read: raw bytes held, the file offset after the last
+ * segment, whether that segment was FINAL, and how many segments it inflated. */
+typedef struct {
+    uint64_t held;
+    uint64_t next;
+    int final;
+    uint64_t segments;
+} capsem_inflate_end;
+
+/* The segments of a deflate block from file offset `at` (a segment header), whose raw bytes
+ * [0, held) are already in *raw, inflated until `need` raw bytes are held or a FINAL segment
+ * is read. *raw grows (realloc; *raw_cap its size) to at most held + 16 MiB + END_DATA.
+ * `ref`..`ref_end`: the walk's segment table for this block from `at` on (headers taken from
+ * it, not parsed), or NULL. 1 on success with *out filled: every segment checked as the
+ * streaming cursor checks it, its hash included. 0 on any failure (nothing in *out; the raw
+ * bytes past held may have been overwritten): the caller takes the streaming cursor. */
+int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t size, uint64_t at, uint64_t held,
+                            uint64_t need, uint8_t **raw, size_t *raw_cap, const capsem_segment_ref *ref,
+                            const capsem_segment_ref *ref_end, capsem_inflate_end *out);
+
+#endif
