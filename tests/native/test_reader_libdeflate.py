@@ -100,3 +100,23 @@ def test_a_segment_past_an_unflushed_tail_is_read_once_the_writer_flushes_it(tmp
     assert reader.read(*second) == b"second " * 5000
     w.close_block()
     w.close()
+
+
+def test_a_cached_block_of_the_largest_size_costs_its_size_not_twice(tmp_path: Path) -> None:
+    path = tmp_path / "session.bodies"
+    w = BodyArchiveWriter(path)
+    refs = []
+    for block in range(2):
+        piece = (bytes([65 + block]) * 1024 + random.Random(block).randbytes(1024)) * 512   # 1 MiB
+        for _ in range(16):
+            refs.append(w.stage(piece))
+        w.close_block()
+    w.sync()
+    w.close()
+    assert {ref[0] for ref in refs[:16]} != {ref[0] for ref in refs[16:]}
+    # Room for two 16 MiB blocks (with the window and the inflate state) but not for two
+    # buffers doubled past a block's size.
+    reader = ArchiveReader(path, 2 * ((16 << 20) + (256 << 10) + (48 << 10)))
+    for ref in (refs[15], refs[31], refs[15], refs[31]):
+        assert len(reader.read(*ref)) == 1 << 20
+    assert reader.cached_blocks == 2 and reader.blocks_inflated == 2

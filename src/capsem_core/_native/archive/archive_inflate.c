@@ -52,10 +52,15 @@ void capsem_inflater_free(capsem_inflater *f) {
     free(f);
 }
 
+/* Buffers double, but never past what one block can need (16 MiB raw, a segment's window
+ * and framing on top), so a cache counting capacity is not charged twice a block's size. */
+#define GROW_LIMIT ((size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + (256u << 10))
+
 static int grow(uint8_t **buf, size_t *cap, size_t need) {
     if (need <= *cap) return 1;
     size_t c = *cap ? *cap : (1u << 20);
     while (c < need) c *= 2;
+    if (c > GROW_LIMIT && need <= GROW_LIMIT) c = GROW_LIMIT;
     uint8_t *p = realloc(*buf, c);
     if (!p) return 0;
     *buf = p;
