@@ -1,7 +1,9 @@
-"""BLAKE3 in C against the blake3 package (Rust, AVX2 here), side by side in one run.
+"""BLAKE3 in C against the blake3 package (Rust, with its own AVX2 / AVX-512 assembly), side
+by side in one run.
 
-One input of 64 B, 1 KiB, 64 KiB, 1 MiB and 256 MiB (from memory) through ``_blake3.digest`` at the best SIMD level
-and at the portable level, against ``blake3.blake3(x).digest()``; and 100,000 bodies of
+One input of 64 B, 1 KiB, 64 KiB, 1 MiB and 256 MiB (from memory) through ``_blake3.digest``
+at the best SIMD level and at the portable level (not at 256 MiB), against
+``blake3.blake3(x).digest()``; and 100,000 bodies of
 100-300 bytes through ``_blake3.hash_many`` against a Python loop over the package, which is
 what hashing bodies costs without a many-input entry point; the same for 10,000 bodies of
 1-16 KiB (a few chunks each, which hash_many also runs across the lanes).

@@ -192,7 +192,6 @@ def test_working_set_block_cache(benchmark, large):
 # pytest process would report the parent's peak.
 _RSS_CHILD = """
 import json, sys
-from capsem_core import ledger as ledger_module
 from capsem_core.ledger import Ledger
 def hwm():
     with open("/proc/self/status") as f:

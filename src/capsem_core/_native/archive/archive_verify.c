@@ -6,8 +6,8 @@
  * libdeflate each deflate segment is inflated by its own call with the streaming reader's
  * per-segment checks, and every segment hash is checked on its raw slice (archive_inflate.c);
  * any failure falls back to the streaming cursor (zlib / zstd), which names the exact failing
- * segment. Outcomes are written per body into
- * caller arrays at fixed indices, so results do not depend on the number of threads. */
+ * segment. Outcomes are written per body into caller arrays at fixed indices, so results do
+ * not depend on the number of threads. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
