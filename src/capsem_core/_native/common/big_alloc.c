@@ -1,6 +1,5 @@
-/* Large working arrays (see big_alloc.h). Below BIG bytes a block is the C heap's: a small
- * ledger's arrays should not each fault in a zeroed 2 MiB page. Which a block is follows from
- * its size, so the caller passes the size back. */
+/* Large working arrays (see big_alloc.h). Below BIG bytes a block is the C heap's. Which a
+ * block is follows from its size, so the caller passes the size back. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -8,21 +7,17 @@
 
 #include "big_alloc.h"
 
-#define HUGE ((size_t)2 << 20)
+#define UNIT ((size_t)2 << 20)
 #define BIG ((size_t)4 << 20)
 
-static size_t rounded(size_t size) { return (size + HUGE - 1) / HUGE * HUGE; }
+static size_t rounded(size_t size) { return (size + UNIT - 1) / UNIT * UNIT; }
 static int is_big(size_t size) { return size >= BIG; }
 
 void *capsem_big_alloc(size_t size) {
     if (!is_big(size)) return calloc(1, size ? size : 1);
     size_t n = rounded(size);
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(p, n, MADV_HUGEPAGE);
-#endif
-    return p;
+    return p == MAP_FAILED ? NULL : p;
 }
 
 void *capsem_big_realloc(void *p, size_t old, size_t size) {
@@ -32,12 +27,10 @@ void *capsem_big_realloc(void *p, size_t old, size_t size) {
         if (q && size > old) memset((char *)q + old, 0, size - old);
         return q;
     }
-#if defined(MREMAP_MAYMOVE) && defined(MADV_HUGEPAGE)
+#if defined(MREMAP_MAYMOVE)
     if (is_big(old) && is_big(size)) {
         void *q = mremap(p, rounded(old), rounded(size), MREMAP_MAYMOVE);
-        if (q == MAP_FAILED) return NULL;
-        madvise(q, rounded(size), MADV_HUGEPAGE);
-        return q;
+        return q == MAP_FAILED ? NULL : q;
     }
 #endif
     void *q = capsem_big_alloc(size);
