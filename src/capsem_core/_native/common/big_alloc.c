@@ -20,6 +20,21 @@ void *capsem_big_alloc(size_t size) {
     return p == MAP_FAILED ? NULL : p;
 }
 
+void capsem_big_offer_huge(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+    if (p && is_big(size)) madvise(p, rounded(size), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)size;
+#endif
+}
+
+void *capsem_big_alloc_table(size_t size) {
+    void *p = capsem_big_alloc(size);
+    capsem_big_offer_huge(p, size);
+    return p;
+}
+
 void *capsem_big_realloc(void *p, size_t old, size_t size) {
     if (!p) return capsem_big_alloc(size);
     if (!is_big(old) && !is_big(size)) {

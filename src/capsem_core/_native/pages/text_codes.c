@@ -93,9 +93,9 @@ capsem_codes *capsem_codes_new(uint64_t seed) {
     if (!t) return NULL;
     t->seed = seed;
     t->mask = 4095;
-    t->slots = capsem_big_alloc(((size_t)t->mask + 1) * sizeof *t->slots);
+    t->slots = capsem_big_alloc_table(((size_t)t->mask + 1) * sizeof *t->slots);
     t->cap = 2048;
-    t->entries = capsem_big_alloc((size_t)t->cap * sizeof *t->entries);
+    t->entries = capsem_big_alloc_table((size_t)t->cap * sizeof *t->entries);
     if (!t->slots || !t->entries) {
         capsem_codes_free(t);
         return NULL;
@@ -138,7 +138,7 @@ static const uint8_t *keep(capsem_codes *t, const uint8_t *p, uint32_t len) {
 /* Double the slots (kept at most half full) and place every code again. */
 static int grow(capsem_codes *t) {
     uint32_t mask = t->mask * 2 + 1;
-    slot *slots = capsem_big_alloc(((size_t)mask + 1) * sizeof *slots);
+    slot *slots = capsem_big_alloc_table(((size_t)mask + 1) * sizeof *slots);
     if (!slots) return -1;
     for (uint32_t i = 0; i <= t->mask; i++) {
         slot old = t->slots[i];
@@ -186,6 +186,7 @@ int64_t capsem_codes_add_hashed(capsem_codes *t, uint64_t h, const uint8_t *p, u
         uint32_t cap = t->cap * 2;
         entry *grown = capsem_big_realloc(t->entries, (size_t)t->cap * sizeof *grown, (size_t)cap * sizeof *grown);
         if (!grown) return 0;
+        capsem_big_offer_huge(grown, (size_t)cap * sizeof *grown);   /* entries are read at random */
         t->entries = grown;
         t->cap = cap;
     }
