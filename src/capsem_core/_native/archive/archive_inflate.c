@@ -21,6 +21,7 @@
 #include <libdeflate.h>
 
 #include "archive_inflate.h"
+#include "big_alloc.h"
 #include "blake3.h"
 
 /* The deflate window: the raw bytes a segment's matches may reach back into. */
@@ -41,7 +42,7 @@ capsem_inflater *capsem_inflater_new(void) {
 void capsem_inflater_clear(capsem_inflater *f) {
     if (!f) return;
     if (f->ld) libdeflate_free_decompressor(f->ld);
-    free(f->comp);
+    capsem_big_free(f->comp, f->comp_cap);
     f->ld = NULL;
     f->comp = NULL;
     f->comp_cap = 0;
@@ -61,7 +62,7 @@ static int grow(uint8_t **buf, size_t *cap, size_t need) {
     size_t c = *cap ? *cap : (1u << 20);
     while (c < need) c *= 2;
     if (c > GROW_LIMIT && need <= GROW_LIMIT) c = GROW_LIMIT;
-    uint8_t *p = realloc(*buf, c);
+    uint8_t *p = capsem_big_realloc(*buf, *cap, c);
     if (!p) return 0;
     *buf = p;
     *cap = c;

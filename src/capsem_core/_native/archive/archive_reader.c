@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "archive_inflate.h"
+#include "big_alloc.h"
 #include "archive_reader.h"
 #include "blake3.h"
 
@@ -59,7 +60,7 @@ void capsem_cursor_free(capsem_cursor *c) {
     if (!c) return;
     if (c->z_ready) inflateEnd(&c->z);
     if (c->zd) ZSTD_freeDCtx(c->zd);
-    free(c->raw);
+    capsem_big_free(c->raw, c->raw_cap);
     free(c);
 }
 
@@ -86,7 +87,7 @@ static int reserve(capsem_cursor *c, size_t need) {
     while (cap < need) cap *= 2;
     if (cap > (size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + 1) cap = (size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + 1;
     if (cap < need) return 0;
-    uint8_t *p = realloc(c->raw, cap);
+    uint8_t *p = capsem_big_realloc(c->raw, c->raw_cap, cap);
     if (!p) return 0;
     c->raw = p;
     c->raw_cap = cap;

@@ -22,6 +22,7 @@
 #include "archive_file.h"
 #include "archive_guard.h"
 #include "archive_inflate.h"
+#include "big_alloc.h"
 #include "pool_wait.h"
 
 #include "archive_verify.h"
@@ -325,7 +326,7 @@ static void free_workers(capsem_verify_job *job) {
         worker *w = &job->workers[t];
         capsem_cursor_free(w->cursor);
         capsem_inflater_clear(&w->fast);
-        free(w->raw);
+        capsem_big_free(w->raw, w->raw_cap);
     }
     free(job->workers);
     job->workers = NULL;
