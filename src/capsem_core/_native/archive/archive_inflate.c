@@ -53,14 +53,19 @@ void capsem_inflater_free(capsem_inflater *f) {
     free(f);
 }
 
-/* Buffers double, but never past what one block can need (16 MiB raw, a segment's window
- * and framing on top), so a cache counting capacity is not charged twice a block's size. */
-#define GROW_LIMIT ((size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + (256u << 10))
+/* Buffers grow by at least a quarter (a block of many segments grows a few times, not once
+ * a segment) but to little more than they need, in 256 KiB steps and never past what one
+ * block can need (16 MiB raw, a segment's window and framing on top): the reader's block
+ * cache counts capacity against its budget, so a buffer doubled past its block would hold
+ * fewer blocks. Large buffers are mapped (big_alloc), so growing one moves no bytes. */
+#define GROW_STEP ((size_t)256 << 10)
+#define GROW_LIMIT ((size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + GROW_STEP)
 
 static int grow(uint8_t **buf, size_t *cap, size_t need) {
     if (need <= *cap) return 1;
-    size_t c = *cap ? *cap : (1u << 20);
-    while (c < need) c *= 2;
+    size_t c = *cap + *cap / 4;
+    if (c < need) c = need;
+    c = (c + GROW_STEP - 1) / GROW_STEP * GROW_STEP;
     if (c > GROW_LIMIT && need <= GROW_LIMIT) c = GROW_LIMIT;
     uint8_t *p = capsem_big_realloc(*buf, *cap, c);
     if (!p) return 0;

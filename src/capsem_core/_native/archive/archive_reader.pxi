@@ -144,7 +144,11 @@ cdef class ArchiveReader:
                 if not capsem_cursor_active(self.pool[k]):
                     at = k  # an idle cursor (discarded after an error): reuse its buffer
                     break
-        if at < 0 and self.budget and self.npool < MAX_POOL and self._cache_used() < self.budget:
+        # A new cursor only while one more block the size of the last read still fits the
+        # budget: else every miss would grow a fresh buffer and trim an old one (a map and an
+        # unmap of a whole block per read), where restarting the oldest reuses its buffer.
+        if (at < 0 and self.budget and self.npool < MAX_POOL
+                and self._cache_used() + capsem_cursor_capacity(self.c) + CURSOR_OVERHEAD <= self.budget):
             fresh = capsem_cursor_new()
             if fresh == NULL:
                 raise MemoryError()
