@@ -92,3 +92,18 @@ def test_one_ledger_serves_many_threads_reading_at_random(blocks_ledger: tuple[P
             t.join()
     assert failures == [] and wrong == []
     assert len(bulk) == len(keys)
+
+
+def test_random_reads_past_the_cache_come_from_remembered_segments_and_are_right(
+        blocks_ledger: tuple[Path, dict[Key, bytes]]) -> None:
+    directory, written = blocks_ledger
+    keys = list(written)
+    rng = random.Random(4)
+    # Room for about two of the ~1 MiB blocks: most reads miss the cache once every block is read.
+    with Ledger(directory, block_cache_bytes=3 << 20) as ledger:
+        for _ in range(400):
+            key = rng.choice(keys)
+            assert ledger.read_body(*key) == written[key]
+        reads, _segments = ledger._archive.verified_reads
+        assert reads > 100
+        assert ledger._archive.cached_blocks <= 2

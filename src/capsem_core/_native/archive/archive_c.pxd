@@ -32,6 +32,7 @@ cdef extern from "archive_reader.h" nogil:
     uint64_t capsem_cursor_blocks_inflated(const capsem_cursor *c)
     size_t capsem_cursor_capacity(const capsem_cursor *c)
     uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c)
+    uint64_t capsem_cursor_next_segment(const capsem_cursor *c)
     ctypedef struct capsem_segment_ref:
         uint64_t at
         uint32_t raw_len
@@ -52,10 +53,24 @@ cdef extern from "archive_inflate.h" nogil:
     capsem_inflater *capsem_inflater_new()
     void capsem_inflater_free(capsem_inflater *f)
 
+cdef extern from "archive_verified.h" nogil:
+    ctypedef struct capsem_verified:
+        pass
+    capsem_verified *capsem_verified_new(size_t max_bytes)
+    void capsem_verified_free(capsem_verified *v)
+    void capsem_verified_clear(capsem_verified *v)
+    size_t capsem_verified_count(const capsem_verified *v)
+    size_t capsem_verified_bytes(const capsem_verified *v)
+
 cdef extern from "archive_guard.h" nogil:
     int capsem_guard_install()
     capsem_status capsem_guarded_reach(capsem_cursor *c, capsem_inflater *fast, const uint8_t *base, uint64_t size,
                                        uint64_t block_offset, uint64_t end, capsem_error *err)
+    const uint8_t *capsem_guarded_verified_read(capsem_verified *v, capsem_inflater *fast, const uint8_t *base,
+                                                uint64_t size, uint64_t block_offset, uint64_t end,
+                                                uint64_t *segments)
+    void capsem_guarded_verified_note(capsem_verified *v, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                      uint64_t upto)
     capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset,
                                              uint64_t disk_len, capsem_extent *out, capsem_error *err,
                                              capsem_segment_table *table)

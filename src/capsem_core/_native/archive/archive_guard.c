@@ -39,3 +39,27 @@ capsem_status capsem_guarded_walk_extent(const uint8_t *base, uint64_t size, uin
     capsem_guard_armed = 0;
     return st;
 }
+
+const uint8_t *capsem_guarded_verified_read(capsem_verified *v, struct capsem_inflater_s *fast, const uint8_t *base,
+                                            uint64_t size, uint64_t block_offset, uint64_t end, uint64_t *segments) {
+    /* A fault here is left to the cursor the caller takes next, which reports it. */
+    if (sigsetjmp(capsem_guard_env, 1) != 0) {
+        *segments = 0;
+        return NULL;
+    }
+    capsem_guard_range(base, size);
+    capsem_guard_armed = 1;
+    const uint8_t *raw = capsem_verified_read(v, fast, base, size, block_offset, end, segments);
+    capsem_guard_armed = 0;
+    return raw;
+}
+
+void capsem_guarded_verified_note(capsem_verified *v, const uint8_t *base, uint64_t size, uint64_t block_offset,
+                                  uint64_t upto) {
+    /* A fault while the headers are walked again leaves the segments after it unremembered. */
+    if (sigsetjmp(capsem_guard_env, 1) != 0) return;
+    capsem_guard_range(base, size);
+    capsem_guard_armed = 1;
+    capsem_verified_note(v, base, size, block_offset, upto);
+    capsem_guard_armed = 0;
+}

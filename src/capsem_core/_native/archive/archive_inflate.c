@@ -61,7 +61,7 @@ void capsem_inflater_free(capsem_inflater *f) {
 #define GROW_STEP ((size_t)256 << 10)
 #define GROW_LIMIT ((size_t)CAPSEM_MAX_BLOCK_RAW_BYTES + GROW_STEP)
 
-static int grow(uint8_t **buf, size_t *cap, size_t need) {
+int capsem_inflate_grow(uint8_t **buf, size_t *cap, size_t need) {
     if (need <= *cap) return 1;
     size_t c = *cap + *cap / 4;
     if (c < need) c = need;
@@ -85,7 +85,7 @@ static int hashes_match(capsem_inflater *f, const uint8_t *raw, size_t nseg) {
 
 int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t size, uint64_t at, uint64_t held,
                             uint64_t need, uint8_t **raw, size_t *raw_cap, const capsem_segment_ref *ref,
-                            const capsem_segment_ref *ref_end, capsem_inflate_end *out) {
+                            const capsem_segment_ref *ref_end, int hashes, capsem_inflate_end *out) {
     /* BFINAL 1, BTYPE 00 (stored), LEN = END_DATA, NLEN = ~LEN. */
     static const uint8_t end_head[STORED_HEAD] = {0x01, END_DATA, 0x00, (uint8_t)~END_DATA, 0xFF};
     if (!f->ld) {
@@ -115,13 +115,13 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
         if (!ref && !final && !capsem_has_sync_tail(payload, h.comp_len)) return 0;
         /* held + raw_len <= 16 MiB by the header bounds; the end data lands after raw_len. */
         size_t end = final ? 0 : END_DATA;
-        if (!grow(raw, raw_cap, held + h.raw_len + END_DATA)) return 0;
+        if (!capsem_inflate_grow(raw, raw_cap, held + h.raw_len + END_DATA)) return 0;
         size_t dict = held < DICT_MAX ? (size_t)held : DICT_MAX;
         const uint8_t *in = payload;
         size_t in_len = h.comp_len;
         if (dict || !final) {
             /* comp_len <= raw_len + 64 KiB <= 16 MiB + 64 KiB, so at most 5 + 32 KiB + that + 21. */
-            if (!grow(&f->comp, &f->comp_cap, STORED_HEAD + dict + h.comp_len + STORED_HEAD + END_DATA)) return 0;
+            if (!capsem_inflate_grow(&f->comp, &f->comp_cap, STORED_HEAD + dict + h.comp_len + STORED_HEAD + END_DATA)) return 0;
             size_t n = 0;
             if (dict) {
                 f->comp[0] = 0x00; /* BFINAL 0, BTYPE 00 (stored), then LEN and NLEN little-endian */
@@ -149,14 +149,17 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
                                                                     dict + h.raw_len + end, &in_used, &out_used);
         if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
         if (end && memcmp(*raw + held + h.raw_len, f->end_data, END_DATA) != 0) return 0;
-        if (nseg == CAPSEM_INFLATE_MAX_SEGMENTS) {
-            if (!hashes_match(f, *raw, nseg)) return 0;
-            nseg = 0;
+        /* Segments verified before (hashes 0) are inflated again, not hashed again. */
+        if (hashes) {
+            if (nseg == CAPSEM_INFLATE_MAX_SEGMENTS) {
+                if (!hashes_match(f, *raw, nseg)) return 0;
+                nseg = 0;
+            }
+            f->seg_start[nseg] = held;
+            f->seg_len[nseg] = h.raw_len;
+            f->seg_hash[nseg] = base + at + 20;
+            nseg++;
         }
-        f->seg_start[nseg] = held;
-        f->seg_len[nseg] = h.raw_len;
-        f->seg_hash[nseg] = base + at + 20;
-        nseg++;
         segments++;
         held += h.raw_len;
         at = payload_at + h.comp_len;

@@ -30,6 +30,10 @@ typedef struct capsem_inflater_s {
     uint8_t seg_out[CAPSEM_INFLATE_MAX_SEGMENTS * 32];
 } capsem_inflater;
 
+/* Grow *buf (of *cap bytes, from big_alloc) to hold `need` bytes: by at least a quarter, in
+ * 256 KiB steps, never past one block's need when `need` is within it. 0 when out of memory. */
+int capsem_inflate_grow(uint8_t **buf, size_t *cap, size_t need);
+
 /* A zeroed inflater with fresh random end data; NULL when no memory or no entropy. */
 capsem_inflater *capsem_inflater_new(void);
 void capsem_inflater_free(capsem_inflater *f);
@@ -50,10 +54,11 @@ typedef struct {
  * is read. *raw grows (realloc; *raw_cap its size) to at most held + 16 MiB + END_DATA.
  * `ref`..`ref_end`: the walk's segment table for this block from `at` on (headers taken from
  * it, not parsed), or NULL. 1 on success with *out filled: every segment checked as the
- * streaming cursor checks it, its hash included. 0 on any failure (nothing in *out; the raw
- * bytes past held may have been overwritten): the caller takes the streaming cursor. */
+ * streaming cursor checks it, its hash included unless `hashes` is 0 (segments this reader
+ * verified before: archive_verified.h). 0 on any failure (nothing in *out; the raw bytes past
+ * held may have been overwritten): the caller takes the streaming cursor. */
 int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t size, uint64_t at, uint64_t held,
                             uint64_t need, uint8_t **raw, size_t *raw_cap, const capsem_segment_ref *ref,
-                            const capsem_segment_ref *ref_end, capsem_inflate_end *out);
+                            const capsem_segment_ref *ref_end, int hashes, capsem_inflate_end *out);
 
 #endif

@@ -301,7 +301,7 @@ static capsem_status reach(capsem_cursor *c, capsem_inflater *fast, const uint8_
     }
     if (fast && c->codec == CAPSEM_CODEC_DEFLATE && !c->finished && c->held < end) {
         capsem_inflate_end got;
-        if (capsem_inflate_segments(fast, base, size, c->next_segment, c->held, end, &c->raw, &c->raw_cap, NULL, NULL,
+        if (capsem_inflate_segments(fast, base, size, c->next_segment, c->held, end, &c->raw, &c->raw_cap, NULL, NULL, 1,
                                     &got)) {
             c->held = got.held;
             c->next_segment = got.next;

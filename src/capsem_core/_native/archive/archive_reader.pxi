@@ -29,13 +29,27 @@ cdef class ArchiveReader:
     (its inflated prefix and its inflate stream), so a read that lands in a cached block
     inflates nothing when its span is already held, and only the segments past the held
     prefix otherwise. Least recently used blocks are dropped once the cursors' buffers (plus
-    a fixed 48 KiB each for the inflate state) exceed the budget, and at most
-    MAX_CACHED_BLOCKS are kept; 0 (the default) keeps one cursor, Capsem's protocol.
+    a fixed 48 KiB each for the inflate state), the verified segments' table and its scratch
+    buffer exceed the budget, and at most MAX_CACHED_BLOCKS are kept; 0 (the default) keeps
+    one cursor, Capsem's protocol.
+
+    With a cache, the reader also remembers every segment it has verified (a sixteenth of the
+    budget, 64 bytes a segment; archive_verified.h): a ``read_verified`` that misses the cache
+    but whose span lies in remembered segments inflates its block only up to the span's end,
+    or those segments whole with libdeflate where that is cheaper, without hashing them
+    again, into a scratch buffer, and leaves the cache as it was. Its body hash is checked
+    either way; a mismatch, or any surprise in the remembered segments, is read again
+    through a cursor, which verifies every segment and names the failing one. ``read`` (no
+    body hash to check) always takes a cursor.
     """
     cdef capsem_archive_file f
     cdef capsem_cursor *c  # the cursor of the last read (one of pool)
     cdef capsem_cursor *pool[MAX_POOL]
     cdef capsem_inflater *fast  # NULL: zlib only
+    cdef capsem_verified *verified  # NULL: no cache, so no segments remembered
+    cdef const uint8_t *served  # the raw bytes of the last read's block, from [0, its end)
+    cdef bint served_verified  # the last read came from remembered segments
+    cdef uint64_t verified_blocks, verified_segments
     cdef uint64_t last_use[MAX_POOL]
     cdef int npool
     cdef uint64_t tick
@@ -49,6 +63,11 @@ cdef class ArchiveReader:
     def __cinit__(self, path, cache_bytes=0, *, bint use_libdeflate=True):
         self.c = NULL
         self.fast = NULL
+        self.verified = NULL
+        self.served = NULL
+        self.served_verified = False
+        self.verified_blocks = 0
+        self.verified_segments = 0
         self.npool = 0
         self.tick = 0
         self.dropped_blocks = 0
@@ -72,6 +91,8 @@ cdef class ArchiveReader:
         self.npool = 1
         if use_libdeflate:
             self.fast = capsem_inflater_new()   # NULL (no entropy, no memory): zlib only
+        if self.budget:
+            self.verified = capsem_verified_new(self.budget // 16)   # NULL: reads take the cursors
 
     cdef void _free_cursors(self):
         cdef int k
@@ -82,6 +103,9 @@ cdef class ArchiveReader:
         self.c = NULL
         capsem_inflater_free(self.fast)
         self.fast = NULL
+        capsem_verified_free(self.verified)
+        self.verified = NULL
+        self.served = NULL
 
     def __dealloc__(self):
         self._free_cursors()
@@ -108,6 +132,8 @@ cdef class ArchiveReader:
         cdef int k
         for k in range(self.npool):
             used += capsem_cursor_capacity(self.pool[k]) + CURSOR_OVERHEAD
+        if self.verified != NULL:
+            used += capsem_verified_bytes(self.verified)
         return used
 
     cdef void _drop(self, int k):
@@ -129,16 +155,20 @@ cdef class ArchiveReader:
                 best = k
         return best
 
+    cdef int _cached(self, uint64_t block_offset):
+        """The cached cursor holding block_offset, or -1."""
+        cdef int k
+        for k in range(self.npool):
+            if capsem_cursor_active(self.pool[k]) and capsem_cursor_block(self.pool[k]) == block_offset:
+                return k
+        return -1
+
     cdef int _choose(self, uint64_t block_offset) except -1:
         """Make self.c the cursor for block_offset: the cached one holding that block, else a
         new cursor while the budget allows, else the least recently used one (restarted)."""
-        cdef int k, at = -1
+        cdef int k, at = self._cached(block_offset)
         cdef capsem_cursor *fresh
         self.tick += 1
-        for k in range(self.npool):
-            if capsem_cursor_active(self.pool[k]) and capsem_cursor_block(self.pool[k]) == block_offset:
-                at = k
-                break
         if at < 0:
             for k in range(self.npool):
                 if not capsem_cursor_active(self.pool[k]):
@@ -178,18 +208,42 @@ cdef class ArchiveReader:
             raise _errors.error(CAPSEM_R_IO, self.path, detail=os.strerror(e))
         return self.f.size != before
 
-    cdef _reach(self, uint64_t block_offset, uint64_t end):
+    cdef _reach(self, uint64_t block_offset, uint64_t end, bint remembered=True):
+        """Make self.served hold the block's raw bytes [0, end): from a cached cursor, from
+        remembered segments (a cache miss; not when ``remembered`` is False), or from a cursor
+        that verifies every segment it inflates (and then remembers them)."""
         cdef capsem_error e
         cdef capsem_status st
         cdef int tries = 0
+        cdef uint64_t segments = 0, inflated
+        cdef const uint8_t *raw = NULL
         self.busy = True
+        self.served = NULL
+        self.served_verified = False
         try:
+            if remembered and self.verified != NULL and self._cached(block_offset) < 0:
+                with nogil:
+                    raw = capsem_guarded_verified_read(self.verified, self.fast, self.f.map, self.f.size,
+                                                       block_offset, end, &segments)
+                if raw != NULL:
+                    self.verified_blocks += 1
+                    self.verified_segments += segments
+                    self.served = raw
+                    self.served_verified = True
+                    self._trim()  # the scratch buffer may have grown
+                    return
             self._choose(block_offset)
+            inflated = capsem_cursor_segments_inflated(self.c)
             while True:
                 with nogil:
                     st = capsem_guarded_reach(self.c, self.fast, self.f.map, self.f.size, block_offset, end, &e)
                 if st == CAPSEM_OK:
-                    if self.npool > 1:
+                    if self.verified != NULL and capsem_cursor_segments_inflated(self.c) != inflated:
+                        with nogil:
+                            capsem_guarded_verified_note(self.verified, self.f.map, self.f.size, block_offset,
+                                                         capsem_cursor_next_segment(self.c))
+                    self.served = capsem_cursor_raw(self.c)
+                    if self.npool > 1 or self.verified != NULL:
                         self._trim()
                     return
                 # The view may be stale: a writer appended since it was mapped.
@@ -202,16 +256,21 @@ cdef class ArchiveReader:
         finally:
             self.busy = False
 
-    def read(self, block_offset, offset, length):
-        """The raw bytes [offset, offset + length) of the block at block_offset."""
+    cdef bytes _read(self, block_offset, offset, length, bint remembered):
         self._check_open()
         end = _span_end(offset, length)
         if end is None:
             raise _errors.error(CAPSEM_E_RANGE, self.path, at=block_offset)
         if block_offset < 0 or block_offset >= 1 << 64:
             raise _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=block_offset)
-        self._reach(block_offset, end)
-        return PyBytes_FromStringAndSize(<const char *>capsem_cursor_raw(self.c) + <size_t>offset, <Py_ssize_t>length)
+        self._reach(block_offset, end, remembered)
+        return PyBytes_FromStringAndSize(<const char *>self.served + <size_t>offset, <Py_ssize_t>length)
+
+    def read(self, block_offset, offset, length):
+        """The raw bytes [offset, offset + length) of the block at block_offset, every segment
+        they come from verified by the cursor that inflated it (never from remembered
+        segments, which only serve reads checked against a body hash: read_verified)."""
+        return self._read(block_offset, offset, length, False)
 
     def read_verified(self, block_offset, offset, length, expected, subject=None):
         """read(), checked: BodyHashMismatch unless BLAKE3 of the bytes is ``expected``.
@@ -236,10 +295,18 @@ cdef class ArchiveReader:
             memcpy(want, &w[0], 32)
             parsed = True
             want_text = None
-        data = self.read(block_offset, offset, length)
+        data = self._read(block_offset, offset, length, True)
         cdef const uint8_t[::1] d = data
         with nogil:
             capsem_blake3_hash(&d[0] if d.shape[0] else NULL, d.shape[0], got)
+        if parsed and memcmp(got, want, 32) != 0 and self.served_verified:
+            # Remembered segments gave other bytes: forget them all, and read through a cursor,
+            # which verifies each segment and names one that changed.
+            capsem_verified_clear(self.verified)
+            data = self._read(block_offset, offset, length, False)
+            d = data
+            with nogil:
+                capsem_blake3_hash(&d[0] if d.shape[0] else NULL, d.shape[0], got)
         if not parsed or memcmp(got, want, 32) != 0:
             if want_text is None:
                 want_text = BODY_HASH_PREFIX + bytes(want[:32]).hex()
@@ -338,7 +405,7 @@ cdef class ArchiveReader:
     @property
     def blocks_inflated(self):
         """Blocks whose inflating was started (from their first segment), over the reader's life."""
-        cdef uint64_t n = self.dropped_blocks
+        cdef uint64_t n = self.dropped_blocks + self.verified_blocks
         cdef int k
         for k in range(self.npool):
             n += capsem_cursor_blocks_inflated(self.pool[k])
@@ -347,11 +414,23 @@ cdef class ArchiveReader:
     @property
     def segments_inflated(self):
         """Segments inflated over the reader's life."""
-        cdef uint64_t n = self.dropped_segments
+        cdef uint64_t n = self.dropped_segments + self.verified_segments
         cdef int k
         for k in range(self.npool):
             n += capsem_cursor_segments_inflated(self.pool[k])
         return n
+
+    @property
+    def verified_reads(self):
+        """(reads, segments): reads served from remembered segments (a cache miss whose span
+        lay in segments verified before: inflated again, not hashed again), and the segments
+        they inflated. Each such read also counts in blocks_inflated and segments_inflated."""
+        return self.verified_blocks, self.verified_segments
+
+    @property
+    def remembered_segments(self):
+        """Segments verified by this reader and remembered now (0 without a cache)."""
+        return 0 if self.verified == NULL else capsem_verified_count(self.verified)
 
     @property
     def cached_blocks(self):

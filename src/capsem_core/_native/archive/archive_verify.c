@@ -125,7 +125,7 @@ static int inflate_segments(worker *w, size_t b, uint64_t blk, uint64_t need, ui
     }
     capsem_inflate_end end;
     if (!capsem_inflate_segments(&w->fast, s->base, s->size, blk + CAPSEM_BLOCK_HEADER_BYTES, 0, need, &w->raw,
-                                 &w->raw_cap, ref, ref_end, &end))
+                                 &w->raw_cap, ref, ref_end, 1, &end))
         return 0;
     *held_out = end.held;
     *next_out = end.next;
