@@ -278,7 +278,7 @@ class Ledger:
         max_bytes is a batch of its own (a body is at most 16 MiB). Peak memory: the index,
         one batch the caller still holds, and one block per thread. With errors="raise" the
         batch holding the first damaged body raises (the batches before it were yielded)."""
-        yield from self._batches(selection, errors, max_bytes, threads, index, None)
+        yield from self._batches(selection, errors, max_bytes, threads, index, _bulk.Scratch(share_output=False))
 
     def _batches(self, selection: _bulk.Selection, errors: _bulk.Errors, max_bytes: int, threads: int,
                  index: BodyIndex | None, scratch: _bulk.Scratch | None) -> Iterator[BodyBatch]:
@@ -307,7 +307,8 @@ class Ledger:
         and LedgerError when the ledger is closed."""
         # Each batch's bodies are copied out as bytes before the next batch is read: one
         # buffer serves them all.
-        for batch in self._batches(source_table, "report", _BODIES_BATCH_BYTES, threads, None, _bulk.Scratch()):
+        for batch in self._batches(source_table, "report", _BODIES_BATCH_BYTES, threads, None,
+                                   _bulk.Scratch(share_output=True)):
             rows = batch.rows
             failed = {(f.block_offset, f.body_offset, f.row_id): f for f in batch.findings}
             ok = batch.ok

@@ -99,7 +99,12 @@ def verify_bodies(bodies_path: os.PathLike[str] | str, blocks: Mapping[str, Any]
 def verify_bodies_with(reader: ArchiveReader, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
                        threads: int = 0, progress: Callable[[int, int], None] | None = None,
                        use_libdeflate: bool = True, walk: ExtentWalk | None = None, out: Any = None,
-                       out_offset: npt.NDArray[np.int64] | None = None) -> VerifyOutcome: ...
+                       out_offset: npt.NDArray[np.int64] | None = None,
+                       buffers: KernelBuffers | None = None) -> VerifyOutcome: ...
+
+class KernelBuffers:
+    """Working buffers lent to kernel run after kernel run (a bulk read in batches)."""
+    def __init__(self) -> None: ...
 
 EXTENT_HASHED: int
 EXTENT_PAST_END: int

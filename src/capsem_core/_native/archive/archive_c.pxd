@@ -95,6 +95,10 @@ cdef extern from "archive_file.h" nogil:
 cdef extern from "archive_verify.h" nogil:
     ctypedef struct capsem_verify_job:
         pass
+    ctypedef struct capsem_verify_buffers:
+        pass
+    capsem_verify_buffers *capsem_verify_buffers_new()
+    void capsem_verify_buffers_free(capsem_verify_buffers *b)
     ctypedef struct capsem_verify_spec:
         const uint8_t *base
         uint64_t size
@@ -116,6 +120,7 @@ cdef extern from "archive_verify.h" nogil:
         int use_libdeflate
         const capsem_segment_ref *segs
         const int64_t *seg_first
+        capsem_verify_buffers *lend
     capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec)
     int capsem_verify_wait(capsem_verify_job *job, int timeout_ms, uint64_t *bytes_done, uint64_t *bodies_done)
     int capsem_verify_finish(capsem_verify_job *job)

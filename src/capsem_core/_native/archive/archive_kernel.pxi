@@ -32,13 +32,14 @@ def verify_bodies(bodies_path, blocks, bodies, int threads=0, progress=None, bin
     f.size = 0
     _open_archive(&f, path, cpath)
     try:
-        return _run_kernel(&f, arrays, threads, progress, use_libdeflate)
+        return _run_kernel(&f, arrays, threads, progress, use_libdeflate, None)
     finally:
         capsem_file_close(&f)
 
 
 def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int threads=0, progress=None,
-                       bint use_libdeflate=True, ExtentWalk walk=None, out=None, out_offset=None):
+                       bint use_libdeflate=True, ExtentWalk walk=None, out=None, out_offset=None,
+                       KernelBuffers buffers=None):
     """verify_bodies over the map of an open ArchiveReader (its file header already checked
     at open): the archive is not opened again. The map is first refreshed to the file's
     size; the reader is busy meanwhile (any other use of it raises RuntimeError). ``walk``:
@@ -50,7 +51,10 @@ def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int thread
     body), the same pass also hands the bytes out: every body that verifies is copied to
     out[out_offset[i] : out_offset[i] + body_len[i]], by the worker that hashed it, with the
     GIL released; a body that fails leaves its slot as it was. ValueError before any work
-    when a slot of a body whose span is in bounds does not fit in ``out``."""
+    when a slot of a body whose span is in bounds does not fit in ``out``.
+
+    ``buffers``: a KernelBuffers the workers borrow their working buffers from and give back
+    (RuntimeError when another run has them)."""
     cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
     cdef uint8_t[::1] vout
     reader._check_open()
@@ -63,12 +67,18 @@ def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int thread
         arrays.set_output(vout, out_offset)
     if arrays.n == 0:
         return arrays.outcome([])
+    if buffers is not None and buffers.busy:
+        raise RuntimeError("KernelBuffers are lent to one kernel run at a time")
     reader._refresh()
     reader.busy = True
+    if buffers is not None:
+        buffers.busy = True
     try:
-        return _run_kernel(&reader.f, arrays, threads, progress, use_libdeflate)
+        return _run_kernel(&reader.f, arrays, threads, progress, use_libdeflate, buffers)
     finally:
         reader.busy = False
+        if buffers is not None:
+            buffers.busy = False
 
 
 cdef class _VerifyArrays:
@@ -118,7 +128,25 @@ cdef class _VerifyArrays:
         return VerifyOutcome(self.status, self.err_index, self.got, errors)
 
 
-cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, progress, bint use_libdeflate):
+cdef class KernelBuffers:
+    """Working buffers lent to kernel run after kernel run (a bulk read in batches): each
+    worker's block buffer, cursor and inflater buffers, kept between runs instead of mapped
+    and faulted afresh each time. Held until this object goes; one run at a time."""
+    cdef capsem_verify_buffers *b
+    cdef bint busy
+
+    def __cinit__(self):
+        self.b = capsem_verify_buffers_new()
+        if self.b == NULL:
+            raise MemoryError()
+        self.busy = False
+
+    def __dealloc__(self):
+        capsem_verify_buffers_free(self.b)
+
+
+cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, progress, bint use_libdeflate,
+                        KernelBuffers buffers):
     """The kernel over the map f (a fixed view: it never reads past f.size)."""
     cdef const int64_t[::1] vb = a.b_blk, vo = a.b_off, vl = a.b_len, kb = a.k_blk, kd = a.k_disk
     cdef const uint8_t[:, ::1] vd = a.b_dig
@@ -152,6 +180,7 @@ cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, pr
     spec.use_libdeflate = use_libdeflate
     spec.segs = NULL
     spec.seg_first = NULL
+    spec.lend = NULL if buffers is None else buffers.b
     cdef const int64_t[::1] vf
     if a.walk is not None and a.walk.table.n > 0:
         vf = a.walk.seg_first

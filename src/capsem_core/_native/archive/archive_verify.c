@@ -19,6 +19,8 @@
 #include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
 #include <unistd.h>
 
+#include <libdeflate.h>
+
 #include "archive_file.h"
 #include "archive_guard.h"
 #include "archive_inflate.h"
@@ -49,6 +51,8 @@ typedef struct {
     size_t member[MEMBER_BATCH];
     uint32_t member_span[MEMBER_BATCH];
     capsem_inflater fast;
+    /* cursor, raw and fast's buffers came from spec.lend and go back there. */
+    int borrowed;
 } worker;
 
 struct capsem_verify_job {
@@ -320,10 +324,63 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* What of a worker outlives its job when lent: its cursor and its buffers. */
+typedef struct {
+    capsem_cursor *cursor;
+    uint8_t *raw;
+    size_t raw_cap;
+    struct libdeflate_decompressor *ld;
+    uint8_t *comp;
+    size_t comp_cap;
+} lent;
+
+#define MAX_WORKERS 256
+
+struct capsem_verify_buffers {
+    lent slot[MAX_WORKERS];
+};
+
+capsem_verify_buffers *capsem_verify_buffers_new(void) { return calloc(1, sizeof(capsem_verify_buffers)); }
+
+void capsem_verify_buffers_free(capsem_verify_buffers *b) {
+    if (!b) return;
+    for (int t = 0; t < MAX_WORKERS; t++) {
+        lent *l = &b->slot[t];
+        capsem_cursor_free(l->cursor);
+        if (l->ld) libdeflate_free_decompressor(l->ld);
+        capsem_big_free(l->comp, l->comp_cap);
+        capsem_big_free(l->raw, l->raw_cap);
+    }
+    free(b);
+}
+
+/* Worker t takes slot t's buffers (a cursor it must have: a new one when the slot has none). */
+static int borrow(capsem_verify_job *job, int t) {
+    worker *w = &job->workers[t];
+    lent *l = job->spec.lend ? &job->spec.lend->slot[t] : NULL;
+    if (l) {
+        w->cursor = l->cursor;
+        w->raw = l->raw;
+        w->raw_cap = l->raw_cap;
+        w->fast.ld = l->ld;
+        w->fast.comp = l->comp;
+        w->fast.comp_cap = l->comp_cap;
+        memset(l, 0, sizeof *l);
+        w->borrowed = 1;
+    }
+    if (!w->cursor) w->cursor = capsem_cursor_new();
+    return w->cursor != NULL;
+}
+
 static void free_workers(capsem_verify_job *job) {
     if (!job->workers) return;
     for (int t = 0; t < job->nworkers; t++) {
         worker *w = &job->workers[t];
+        if (w->borrowed) {
+            /* Back to the lender, whatever the job did with them (they are only buffers). */
+            job->spec.lend->slot[t] = (lent){w->cursor, w->raw, w->raw_cap, w->fast.ld, w->fast.comp, w->fast.comp_cap};
+            continue;
+        }
         capsem_cursor_free(w->cursor);
         capsem_inflater_clear(&w->fast);
         capsem_big_free(w->raw, w->raw_cap);
@@ -359,7 +416,7 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cores > 0 ? (int)cores : 1;
     }
-    if (threads > 256) threads = 256;
+    if (threads > MAX_WORKERS) threads = MAX_WORKERS;
     if ((size_t)threads > nruns) threads = nruns ? (int)nruns : 1;
     job->workers = aligned_alloc(64, (size_t)threads * sizeof *job->workers);
     if (job->workers) {
@@ -370,8 +427,7 @@ capsem_verify_job *capsem_verify_start(const capsem_verify_spec *spec) {
     if (!job->workers || !job->tids) goto fail;
     for (int t = 0; t < threads; t++) {
         job->workers[t].job = job;
-        job->workers[t].cursor = capsem_cursor_new();
-        if (!job->workers[t].cursor) goto fail;
+        if (!borrow(job, t)) goto fail;
         memcpy(job->workers[t].fast.end_data, job->end_data, END_DATA);
     }
     int started = 0;

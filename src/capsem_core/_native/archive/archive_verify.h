@@ -12,6 +12,14 @@
 
 typedef struct capsem_verify_job capsem_verify_job;
 
+/* Working buffers a caller lends to run after run of the kernel (a bulk read in batches):
+ * each worker takes one slot's block buffer, cursor and inflater buffers at start and gives
+ * them back when the job is freed, so a batch does not map and fault a block's worth of
+ * fresh pages per worker. One job at a time may borrow them. */
+typedef struct capsem_verify_buffers capsem_verify_buffers;
+capsem_verify_buffers *capsem_verify_buffers_new(void);
+void capsem_verify_buffers_free(capsem_verify_buffers *b);
+
 typedef struct {
     /* The archive bytes (a fixed map: verification never looks past size). */
     const uint8_t *base;
@@ -44,6 +52,8 @@ typedef struct {
      * segs[seg_first[b] .. seg_first[b + 1]). */
     const capsem_segment_ref *segs;
     const int64_t *seg_first; /* nblocks + 1 */
+    /* Buffers to borrow (NULL: the job allocates its own and frees them). */
+    capsem_verify_buffers *lend;
 } capsem_verify_spec;
 
 /* Starts the workers. NULL when out of memory or no thread could start. */
