@@ -278,12 +278,9 @@ class Ledger:
         max_bytes is a batch of its own (a body is at most 16 MiB). Peak memory: the index,
         one batch the caller still holds, and one block per thread. With errors="raise" the
         batch holding the first damaged body raises (the batches before it were yielded)."""
-        yield from self._batches(selection, errors, max_bytes, threads, index, _bulk.Scratch(share_output=False))
-
-    def _batches(self, selection: _bulk.Selection, errors: _bulk.Errors, max_bytes: int, threads: int,
-                 index: BodyIndex | None, scratch: _bulk.Scratch | None) -> Iterator[BodyBatch]:
         _bulk.check_errors(errors)
         idx, positions = self._plan(selection, index, threads)
+        scratch = _bulk.Scratch()
         for start, end in _bulk.plan_batches(idx, positions, max_bytes):
             yield self._read_run(idx, positions[start:end], errors, threads, scratch)
 
@@ -300,25 +297,27 @@ class Ledger:
     def bodies(self, source_table: str | None = None, *, threads: int = 0) -> Iterator[BodyRecord]:
         """Every body (of ``source_table`` only, when given) in archive order, verified.
 
-        A generator over ``body_batches`` (16 MiB at a time, each segment inflated once, on
-        ``threads`` kernel threads, 0: one per core), so
-        memory stays at the index plus one batch whatever the ledger's size. Raises what
+        Read in batches as ``body_batches`` plans them (16 MiB at a time, each segment
+        inflated once, on ``threads`` kernel threads, 0: one per core), the kernel writing
+        each verified body straight into the bytes object it is handed out as, so memory
+        stays at the index plus one batch whatever the ledger's size. Raises what
         ``read_body`` raises, at the body concerned (the bodies before it have been yielded),
         and LedgerError when the ledger is closed."""
-        # Each batch's bodies are copied out as bytes before the next batch is read: one
-        # buffer serves them all.
-        for batch in self._batches(source_table, "report", _BODIES_BATCH_BYTES, threads, None,
-                                   _bulk.Scratch(share_output=True)):
-            rows = batch.rows
-            failed = {(f.block_offset, f.body_offset, f.row_id): f for f in batch.findings}
-            ok = batch.ok
-            for i in range(len(batch)):
-                if not ok[i]:
+        idx, positions = self._plan(source_table, None, threads)
+        scratch = _bulk.Scratch()
+        for start, end in _bulk.plan_batches(idx, positions, _BODIES_BATCH_BYTES):
+            with self._lock:
+                self._live()
+                self._refresh_archive()
+                rows, datas, findings = _bulk.read_each(self._archive, idx, positions[start:end], threads,
+                                                        self.db_path, self._conn, scratch)
+            failed = {(f.block_offset, f.body_offset, f.row_id): f for f in findings}
+            for i, data in enumerate(datas):
+                if data is None:
                     fault = failed[(int(rows.block_offset[i]), int(rows.body_offset[i]), int(rows.id[i]))]
                     raise _bulk.fault_error(fault, self.db_path, self.bodies_path)
                 yield BodyRecord(rows.event_id[i], rows.source_table[i], rows.direction[i],  # type: ignore[arg-type]
-                                 rows.content_type[i], int(rows.original_bytes[i]), bool(rows.truncated[i]),
-                                 bytes(batch[i]))
+                                 rows.content_type[i], int(rows.original_bytes[i]), bool(rows.truncated[i]), data)
 
     def verify(self, *, threads: int = 0, progress: Callable[[int, int], None] | None = None,
                incremental: bool = False, subset: str | Subset | None = None,

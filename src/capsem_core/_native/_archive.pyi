@@ -102,6 +102,10 @@ def verify_bodies_with(reader: ArchiveReader, blocks: Mapping[str, Any], bodies:
                        out_offset: npt.NDArray[np.int64] | None = None,
                        buffers: KernelBuffers | None = None) -> VerifyOutcome: ...
 
+def verify_bodies_into_bytes(reader: ArchiveReader, blocks: Mapping[str, Any], bodies: Mapping[str, Any],
+                             threads: int = 0, use_libdeflate: bool = True,
+                             buffers: KernelBuffers | None = None) -> tuple[VerifyOutcome, list[bytes | None]]: ...
+
 class KernelBuffers:
     """Working buffers lent to kernel run after kernel run (a bulk read in batches)."""
     def __init__(self) -> None: ...

@@ -162,32 +162,47 @@ def fault_error(fault: verify.BodyFault, db_path: Path, bodies_path: Path) -> Le
 
 
 class Scratch:
-    """What batch after batch of one bulk read reuse: the kernel workers' own buffers (a
-    block's raw bytes, the inflater's; without them each batch mapped and faulted a block's
+    """What batch after batch of one bulk read reuses: the kernel workers' own buffers (a
+    block's raw bytes, the inflater's). Without them each batch mapped and faulted a block's
     worth of fresh pages per worker: 81,000 page faults and 0.2-0.5 s of system time for the
-    1 GiB sample in 16 MiB batches, against 5,000 in one run), and, with ``share_output``
-    (``Ledger.bodies``: each batch's bodies are copied out before the next is read), the
-    output buffer too, which grows to the largest batch."""
+    1 GiB sample in 16 MiB batches, against 5,000 in one run."""
 
-    def __init__(self, *, share_output: bool) -> None:
-        self.share_output = share_output
+    def __init__(self) -> None:
         self.kernel = _archive.KernelBuffers()
-        self.buffer: npt.NDArray[np.uint8] | None = None
 
-    def take(self, size: int) -> npt.NDArray[np.uint8]:
-        if not self.share_output:
-            return new_buffer(size)
-        if self.buffer is None or self.buffer.shape[0] < size:
-            self.buffer = new_buffer(size)
-        return self.buffer[:size]
+
+def read_each(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, threads: int, db_path: Path,
+              conn: sqlite3.Connection, scratch: Scratch) -> tuple[BodyIndex, list[bytes | None], list[verify.BodyFault]]:
+    """The bodies at ``positions`` (sorted) as one bytes object each, which the kernel writes
+    every verified body straight into (``Ledger.bodies``: no batch buffer between); None for
+    a body that did not verify, with its finding (archive order). ``reader`` is busy meanwhile."""
+    rows = idx.take(positions)
+    datas: list[bytes | None] = [None] * len(rows)
+    named = np.flatnonzero(rows.row_ok)
+    findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~rows.row_ok)]
+    if named.shape[0]:
+        kernel_rows = rows.kernel_rows()
+        if named.shape[0] != len(rows):
+            kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
+        outcome, got = _archive.verify_bodies_into_bytes(reader, idx.blocks, kernel_rows, cores.threads(threads),
+                                                         buffers=scratch.kernel)
+        if named.shape[0] == len(rows):
+            datas = got
+        else:
+            for at, data in zip(named.tolist(), got):
+                datas[at] = data
+        if outcome.status.any():
+            findings += verify.findings_of(outcome, kernel_rows, db_path, conn)
+    findings.sort(key=lambda f: (f.block_offset, f.body_offset, f.row_id))
+    return rows, datas, findings
 
 
 def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, errors: Errors, threads: int,
                db_path: Path, bodies_path: Path, conn: sqlite3.Connection,
                scratch: Scratch | None = None) -> BodyBatch:
-    """The bodies at ``positions`` (sorted) read by the kernel into one buffer (``scratch``'s
-    when it shares its output: the batch is then valid until the next one is read into it);
-    ``reader`` is busy (its map used) meanwhile. Damage as ``errors`` says (see the module)."""
+    """The bodies at ``positions`` (sorted) read by the kernel into one buffer (its workers
+    borrowing ``scratch``'s buffers, when given); ``reader`` is busy (its map used)
+    meanwhile. Damage as ``errors`` says (see the module)."""
     # Every row, in order (the common case): the index itself, no copy of its arrays.
     whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
     rows = idx if whole else idx.take(positions)
@@ -195,7 +210,7 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
     offsets = np.zeros(len(rows), np.int64)
     if len(rows) > 1:
         np.cumsum(lens[:-1], out=offsets[1:])
-    buffer = scratch.take(int(lens.sum())) if scratch is not None else new_buffer(int(lens.sum()))
+    buffer = new_buffer(int(lens.sum()))
     kernel_buffers = scratch.kernel if scratch is not None else None
     named = np.flatnonzero(rows.row_ok)
     failed = np.flatnonzero(~rows.row_ok)
@@ -228,4 +243,4 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
 
 
 __all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "Errors", "Selection", "check_errors", "fault_error", "plan_batches",
-           "read_batch", "resolve", "slot_lengths"]
+           "read_batch", "read_each", "resolve", "slot_lengths"]

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_WRITABLE
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 
 from archive_c cimport *

@@ -116,6 +116,7 @@ cdef extern from "archive_verify.h" nogil:
         uint8_t *got
         uint8_t *out
         const int64_t *out_offset
+        uint8_t *const *out_at
         int threads
         int use_libdeflate
         const capsem_segment_ref *segs

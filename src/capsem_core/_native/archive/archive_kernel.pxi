@@ -81,6 +81,35 @@ def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int thread
             buffers.busy = False
 
 
+def verify_bodies_into_bytes(ArchiveReader reader not None, blocks, bodies, int threads=0, bint use_libdeflate=True,
+                             KernelBuffers buffers=None):
+    """verify_bodies_with, every body that verifies written by the worker that hashed it
+    straight into a bytes object of its own (no batch buffer between: Ledger.bodies hands
+    these out). Returns (VerifyOutcome, list): the list holds each body's bytes, or None for
+    a body that did not verify (its object, never filled, is dropped here)."""
+    cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
+    reader._check_open()
+    arrays.set_destinations()
+    if buffers is not None and buffers.busy:
+        raise RuntimeError("KernelBuffers are lent to one kernel run at a time")
+    if arrays.n == 0:
+        return arrays.outcome([]), []
+    reader._refresh()
+    reader.busy = True
+    if buffers is not None:
+        buffers.busy = True
+    try:
+        outcome = _run_kernel(&reader.f, arrays, threads, None, use_libdeflate, buffers)
+    finally:
+        reader.busy = False
+        if buffers is not None:
+            buffers.busy = False
+    datas = arrays.datas
+    for i in np.flatnonzero(outcome.status).tolist():
+        datas[i] = None
+    return outcome, datas
+
+
 cdef class _VerifyArrays:
     """The kernel's inputs as contiguous arrays (checked for equal lengths, blocks in offset
     order) and its output arrays."""
@@ -89,6 +118,8 @@ cdef class _VerifyArrays:
     cdef object out_offset
     cdef uint8_t[::1] out
     cdef bint has_out
+    cdef uint8_t **out_at  # set_destinations: each body's bytes object's buffer
+    cdef list datas
     cdef ExtentWalk walk
     cdef size_t n
 
@@ -107,6 +138,7 @@ cdef class _VerifyArrays:
             order = np.argsort(k_blk, kind="stable")
             k_blk = k_blk[order]; k_disk = k_disk[order]
         self.k_blk = k_blk; self.k_disk = k_disk
+        self.out_at = NULL
         self.status = np.zeros(self.n, np.uint8)
         self.err_index = np.full(self.n, -1, np.int32)
         self.got = np.zeros((self.n, 32), np.uint8)
@@ -123,6 +155,27 @@ cdef class _VerifyArrays:
         self.out = out
         self.out_offset = offsets
         self.has_out = True
+
+    def __dealloc__(self):
+        free(self.out_at)
+
+    cdef set_destinations(self):
+        """One bytes object per body, of its length (empty for a length out of a block's
+        bounds, which the kernel refuses and never copies), as the kernel's destinations."""
+        cdef const int64_t[::1] vl = self.b_len
+        cdef Py_ssize_t i, n = self.n
+        cdef int64_t length
+        self.out_at = <uint8_t **>malloc(max(n, 1) * sizeof(uint8_t *))
+        if self.out_at == NULL:
+            raise MemoryError()
+        self.datas = [None] * n
+        for i in range(n):
+            length = vl[i]
+            if length < 0 or length > CAPSEM_MAX_BLOCK_RAW_BYTES:
+                length = 0
+            data = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>length)
+            self.datas[i] = data
+            self.out_at[i] = <uint8_t *>PyBytes_AS_STRING(data)
 
     cdef object outcome(self, list errors):
         return VerifyOutcome(self.status, self.err_index, self.got, errors)
@@ -176,6 +229,7 @@ cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, pr
         voo = a.out_offset
         spec.out = &a.out[0] if a.out.shape[0] else NULL
         spec.out_offset = &voo[0]
+    spec.out_at = a.out_at
     spec.threads = threads
     spec.use_libdeflate = use_libdeflate
     spec.segs = NULL

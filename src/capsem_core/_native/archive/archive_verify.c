@@ -148,10 +148,10 @@ static void hash_batch(worker *w, const uint8_t *raw, size_t spans, size_t membe
         if (memcmp(got, s->digest + 32 * i, 32) != 0) {
             s->status[i] = CAPSEM_V_BODY_HASH;
             memcpy(s->got + 32 * i, got, 32);
-        } else if (s->out) {
+        } else if (s->out || s->out_at) {
             /* Only verified bytes ever reach the caller's buffer. */
             uint32_t k = w->member_span[m];
-            memcpy(s->out + s->out_offset[i], raw + w->offs[k], (size_t)w->lens[k]);
+            memcpy(s->out_at ? s->out_at[i] : s->out + s->out_offset[i], raw + w->offs[k], (size_t)w->lens[k]);
         }
     }
 }

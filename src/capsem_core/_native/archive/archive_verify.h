@@ -45,6 +45,9 @@ typedef struct {
      * bulk read is this same pass plus one copy per body. */
     uint8_t *out;
     const int64_t *out_offset;
+    /* Optional instead of out (NULL: out and out_offset): body i's own destination, holding
+     * body_len[i] bytes (Ledger.bodies: each body straight into the bytes object it becomes). */
+    uint8_t *const *out_at;
     int threads;
     int use_libdeflate;
     /* The segment headers the archive check's walk already parsed and checked (chain, sync
