@@ -9,6 +9,10 @@ the section alone on a connection in one read transaction, as
 check runs it (group ``identity-alone``: the section's SQL, the baseline, against its four
 session.db parts decided from the mapped file's pages, as check decides them where that file
 is the snapshot). Target: the section adds at most 10% (ratio >= 0.91 in the summary line).
+``test_check_identity_paired_rounds`` makes the same comparison with the two checks
+alternating round by round, and prints the paired wall-time ratio and the CPU-time ratio: on
+a host whose speed drifts from minute to minute, steadier than two benchmarks run one after
+the other.
 
 Run: ``python3 -m pytest bench/bench_identity.py -q -s`` (``CAPSEM_BENCH_BODIES`` overrides
 the ledger size).
@@ -16,6 +20,8 @@ the ledger size).
 
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +32,7 @@ from capsem_core.check import check_ledger, identity, identity_pages, lifecycle_
 from capsem_core.check.report import CheckResult
 
 ROUNDS = 9   # the two checks differ by about a tenth: more rounds, steadier min and median
+PAIRS = 8    # alternating pairs of the paired comparison
 
 
 def _check(db: Path) -> None:
@@ -33,8 +40,7 @@ def _check(db: Path) -> None:
     assert report.sound and report.checks["tool_lifecycle"].counts["calls_without_responses"] == 0
 
 
-@pytest.mark.benchmark(group="check-identity")
-def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _leave_the_section_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # Both ways check runs the section: on its own connection, or its parts beside the page check.
     monkeypatch.setattr(identity, "check_identity_graph", lambda conn, result, route: None)
     monkeypatch.setattr(identity, "session_parts", lambda stopped: [])
@@ -42,6 +48,11 @@ def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch:
     # keeps the scan of what they read, so the section is charged only for what it adds.
     monkeypatch.setattr(identity_pages, "wanted", lambda: dict(lifecycle_pages.USES))
     monkeypatch.setattr(identity_pages, "held_parts", lambda graph: [])
+
+
+@pytest.mark.benchmark(group="check-identity")
+def test_check_without_the_identity_section(benchmark, small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _leave_the_section_out(monkeypatch)
     benchmark.extra_info["baseline"] = True
     benchmark.pedantic(_check, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
 
@@ -87,3 +98,30 @@ def _parts_from_pages(db: Path) -> list[CheckResult | None]:
 def test_identity_parts_from_the_pages_alone(benchmark, small: Path) -> None:
     held = benchmark.pedantic(_parts_from_pages, args=(small,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     assert all(part is not None for part in held)   # a sound ledger: no part needs its SQL
+
+
+def _timed(db: Path) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    _check(db)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def test_check_identity_paired_rounds(small: Path) -> None:
+    """The same comparison with the two checks alternating round by round (a host whose speed
+    drifts over a minute moves both alike): each pair's ratio of wall times, and the ratio of
+    the process's CPU time (every thread's), medians printed. Asserts nothing about speed."""
+    ratios, cpu_without, cpu_with = [], [], []
+    _timed(small)
+    for _ in range(PAIRS):
+        with pytest.MonkeyPatch.context() as mp:
+            _leave_the_section_out(mp)
+            without = _timed(small)
+        with_section = _timed(small)
+        ratios.append(without[0] / with_section[0])
+        cpu_without.append(without[1])
+        cpu_with.append(with_section[1])
+    cpu_ratio = statistics.median(cpu_without) / statistics.median(cpu_with)
+    print(f"\ncheck without / with the identity section, {PAIRS} alternating pairs: wall ratio median "
+          f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); CPU "
+          f"{statistics.median(cpu_without):.2f} s / {statistics.median(cpu_with):.2f} s = {cpu_ratio:.3f} "
+          f"(target >= 0.91)")
