@@ -18,6 +18,9 @@ Groups (the ratio table after the run divides each time into its group's baselin
   one cursor with libdeflate, and vs the default (libdeflate, a 32 MiB block cache and the
   segments it remembers having verified, so a miss in one inflates only up to its body's end).
   Target: >= 5x.
+* ``test_large_paired_rounds``: the two large groups' comparisons with all four (pure Python,
+  kernel, read_bodies, bodies) alternating round by round, paired wall-time ratios and CPU
+  ratios printed (steadier on a host whose speed drifts).
 * ``test_peak_rss_of_batches_is_bounded_by_max_bytes``: peak RSS of ``body_batches`` over the
   million-body sample in a fresh process, at two max_bytes, printed (not asserted).
 
@@ -29,8 +32,10 @@ from __future__ import annotations
 import functools
 import json
 import random
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from oracles.archive_reader import archived_bodies  # noqa: E402
 
 READS = 10_000
+PAIRED_ROUNDS = 5
 
 
 def _pure_python(db: Path) -> int:
@@ -122,6 +128,38 @@ def test_small_pure_python(benchmark, small):
 @pytest.mark.benchmark(group="read-bodies-small")
 def test_small_read_bodies_1_thread(benchmark, small):
     _run(benchmark, _read_bodies, small, rounds=3)
+
+
+def _timed(fn, db: Path) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn(db)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def test_large_paired_rounds(large: Path) -> None:
+    """``bodies-large`` and ``bodies-large-kernel`` with the four alternating round by round
+    (the pure-Python reader, the kernel, read_bodies, bodies, all on one thread; a host whose
+    speed drifts over a minute moves them alike): per contender and baseline, the median of
+    each round's baseline / contender wall-time ratio, and the ratio of the median CPU times
+    (every thread's). Targets: >= 3x the pure-Python reader, >= 0.77x the kernel. Asserts
+    nothing about speed."""
+    runs = {"pure Python": _pure_python, "the kernel": _kernel, "read_bodies(threads=1)": _read_bodies,
+            "bodies(threads=1)": _bodies}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    _timed(_kernel, large)
+    for _ in range(PAIRED_ROUNDS):
+        for name, fn in runs.items():
+            took = _timed(fn, large)
+            wall[name].append(took[0])
+            cpu[name].append(took[1])
+    for contender in ("read_bodies(threads=1)", "bodies(threads=1)"):
+        for baseline in ("pure Python", "the kernel"):
+            ratios = [b / c for b, c in zip(wall[baseline], wall[contender])]
+            print(f"\n{contender} vs {baseline}, {PAIRED_ROUNDS} rounds: wall ratio median "
+                  f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); CPU "
+                  f"{statistics.median(cpu[baseline]):.2f} s / {statistics.median(cpu[contender]):.2f} s = "
+                  f"{statistics.median(cpu[baseline]) / statistics.median(cpu[contender]):.3f}")
 
 
 # --- random read_body ---------------------------------------------------------------------
