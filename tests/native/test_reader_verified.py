@@ -131,9 +131,10 @@ def _write_in_place(path: Path, at: int, mask: int = 0x01) -> None:
         f.write(bytes([byte ^ mask]))
 
 
+@pytest.mark.parametrize("expected", ["digest", "malformed text"])
 @pytest.mark.parametrize("where", ["payload", "header hash", "header raw_len"])
 def test_a_segment_changed_after_it_was_verified_is_refused_as_a_fresh_reader_refuses_it(
-        tmp_path: Path, where: str) -> None:
+        tmp_path: Path, where: str, expected: str) -> None:
     path = tmp_path / "session.bodies"
     refs, bodies = _archive(path, 11)
     reader = _remember_then_leave(path, refs, bodies)
@@ -141,16 +142,17 @@ def test_a_segment_changed_after_it_was_verified_is_refused_as_a_fresh_reader_re
     at = _payload_byte_of(path, refs, i)
     seg = max(s for s in segment_offsets(path, refs[i][0]) if s < at)
     _write_in_place(path, {"payload": at, "header hash": seg + 30, "header raw_len": seg + 13}[where])
-    got = _outcome(reader, refs[i], _digest(bodies[i]))
-    assert got == _outcome(ArchiveReader(path), refs[i], _digest(bodies[i]))
-    assert got[0] != "bytes"
+    want: bytes | str = _digest(bodies[i]) if expected == "digest" else "blake3:nothex"
+    got = _outcome(reader, refs[i], want)
+    assert got == _outcome(ArchiveReader(path), refs[i], want)
+    assert got[0] not in ("bytes", "BodyHashMismatch")
 
 
-def test_a_body_hash_that_does_not_match_is_checked_again_through_a_cursor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wrong", ["blake3:" + "ab" * 32, "blake3:not-a-digest"])
+def test_a_body_hash_that_does_not_match_is_checked_again_through_a_cursor(tmp_path: Path, wrong: str) -> None:
     path = tmp_path / "session.bodies"
     refs, bodies = _archive(path, 5)
     reader = _remember_then_leave(path, refs, bodies)
-    wrong = "blake3:" + "ab" * 32
     got = _outcome(reader, refs[1], wrong)
     assert got == _outcome(ArchiveReader(path), refs[1], wrong)
     assert got[0] == "BodyHashMismatch"

@@ -299,9 +299,10 @@ cdef class ArchiveReader:
         cdef const uint8_t[::1] d = data
         with nogil:
             capsem_blake3_hash(&d[0] if d.shape[0] else NULL, d.shape[0], got)
-        if parsed and memcmp(got, want, 32) != 0 and self.served_verified:
-            # Remembered segments gave other bytes: forget them all, and read through a cursor,
-            # which verifies each segment and names one that changed.
+        if (not parsed or memcmp(got, want, 32) != 0) and self.served_verified:
+            # Remembered segments gave other bytes (or no bytes can match): forget them all,
+            # and read through a cursor, which verifies each segment and names one that
+            # changed, so the error is the one a fresh reader gives.
             capsem_verified_clear(self.verified)
             data = self._read(block_offset, offset, length, False)
             d = data
