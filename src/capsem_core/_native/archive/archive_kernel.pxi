@@ -67,6 +67,13 @@ def verify_bodies_with(ArchiveReader reader not None, blocks, bodies, int thread
         arrays.set_output(vout, out_offset)
     if arrays.n == 0:
         return arrays.outcome([])
+    return _run_on_reader(reader, arrays, threads, progress, use_libdeflate, buffers)
+
+
+cdef object _run_on_reader(ArchiveReader reader, _VerifyArrays arrays, int threads, progress, bint use_libdeflate,
+                           KernelBuffers buffers):
+    """The kernel over the reader's map, refreshed first; the reader (and the buffers) busy
+    meanwhile."""
     if buffers is not None and buffers.busy:
         raise RuntimeError("KernelBuffers are lent to one kernel run at a time")
     reader._refresh()
@@ -90,20 +97,9 @@ def verify_bodies_into_bytes(ArchiveReader reader not None, blocks, bodies, int 
     cdef _VerifyArrays arrays = _VerifyArrays(blocks, bodies)
     reader._check_open()
     arrays.set_destinations()
-    if buffers is not None and buffers.busy:
-        raise RuntimeError("KernelBuffers are lent to one kernel run at a time")
     if arrays.n == 0:
         return arrays.outcome([]), []
-    reader._refresh()
-    reader.busy = True
-    if buffers is not None:
-        buffers.busy = True
-    try:
-        outcome = _run_kernel(&reader.f, arrays, threads, None, use_libdeflate, buffers)
-    finally:
-        reader.busy = False
-        if buffers is not None:
-            buffers.busy = False
+    outcome = _run_on_reader(reader, arrays, threads, None, use_libdeflate, buffers)
     datas = arrays.datas
     for i in np.flatnonzero(outcome.status).tolist():
         datas[i] = None
