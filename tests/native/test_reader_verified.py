@@ -204,3 +204,20 @@ def test_the_remembered_table_stays_within_a_sixteenth_of_the_budget(tmp_path: P
         assert reader.read_verified(*refs[i], _digest(bodies[i])) == bodies[i]
         most = max(most, reader.remembered_segments)
     assert 0 < most <= 192 < 24 * 20
+
+
+def test_the_reader_holds_its_budget_and_at_most_the_block_read_last(tmp_path: Path) -> None:
+    path = tmp_path / "session.bodies"
+    refs, bodies = _archive(path, 17, blocks=6)
+    largest = _block_bytes(refs)
+    budget = largest // 2   # less than a block: one cursor, and the scratch must go between reads
+    reader = ArchiveReader(path, budget)
+    order = list(range(len(refs))) * 2
+    random.Random(17).shuffle(order)
+    most = 0
+    for i in order:
+        assert reader.read_verified(*refs[i], _digest(bodies[i])) == bodies[i]
+        most = max(most, reader.held_bytes)
+    assert reader.verified_reads[0] > 0
+    # The budget, plus one block's buffer (sized to it in 256 KiB steps) and its inflate state.
+    assert most <= budget + largest + (256 << 10) + (48 << 10)

@@ -61,6 +61,7 @@ cdef extern from "archive_verified.h" nogil:
     void capsem_verified_clear(capsem_verified *v)
     size_t capsem_verified_count(const capsem_verified *v)
     size_t capsem_verified_bytes(const capsem_verified *v)
+    void capsem_verified_release_buffer(capsem_verified *v)
 
 cdef extern from "archive_guard.h" nogil:
     int capsem_guard_install()

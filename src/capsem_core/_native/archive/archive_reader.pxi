@@ -31,7 +31,7 @@ cdef class ArchiveReader:
     prefix otherwise. Least recently used blocks are dropped once the cursors' buffers (plus
     a fixed 48 KiB each for the inflate state), the verified segments' table and its scratch
     buffer exceed the budget, and at most MAX_CACHED_BLOCKS are kept; 0 (the default) keeps
-    one cursor, Capsem's protocol.
+    one cursor, Capsem's protocol. ``held_bytes`` says what it holds now.
 
     With a cache, the reader also remembers every segment it has verified (a sixteenth of the
     budget, 64 bytes a segment; archive_verified.h): a ``read_verified`` that misses the cache
@@ -264,7 +264,15 @@ cdef class ArchiveReader:
         if block_offset < 0 or block_offset >= 1 << 64:
             raise _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=block_offset)
         self._reach(block_offset, end, remembered)
-        return PyBytes_FromStringAndSize(<const char *>self.served + <size_t>offset, <Py_ssize_t>length)
+        data = PyBytes_FromStringAndSize(<const char *>self.served + <size_t>offset, <Py_ssize_t>length)
+        # Once its bytes are copied out, the scratch buffer goes when the cached cursors leave
+        # it no room: the reader then holds its budget plus at most the block being read,
+        # as with the cursors alone.
+        if self.verified != NULL and self._cache_used() > self.budget:
+            capsem_verified_release_buffer(self.verified)
+            if self.served_verified:
+                self.served = NULL
+        return data
 
     def read(self, block_offset, offset, length):
         """The raw bytes [offset, offset + length) of the block at block_offset, every segment
@@ -440,6 +448,15 @@ cdef class ArchiveReader:
         for k in range(self.npool):
             n += capsem_cursor_active(self.pool[k]) != 0
         return n
+
+    @property
+    def held_bytes(self):
+        """What the cache holds now: the cursors' buffers (48 KiB of inflate state each on
+        top), the remembered segments' table and its scratch buffer. Between reads at most
+        cache_bytes plus the last block read."""
+        if self.c == NULL:
+            return 0
+        return self._cache_used()
 
     @property
     def cache_bytes(self):

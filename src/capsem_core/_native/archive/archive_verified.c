@@ -56,6 +56,12 @@ size_t capsem_verified_count(const capsem_verified *v) { return v->count; }
 
 size_t capsem_verified_bytes(const capsem_verified *v) { return v->nslots * sizeof(slot) + v->buf_cap; }
 
+void capsem_verified_release_buffer(capsem_verified *v) {
+    capsem_big_free(v->buf, v->buf_cap);
+    v->buf = NULL;
+    v->buf_cap = 0;
+}
+
 static size_t slot_of(const capsem_verified *v, uint64_t at) {
     return (size_t)((at * 0x9E3779B97F4A7C15ull) >> 17) & (v->nslots - 1);
 }

@@ -31,6 +31,8 @@ void capsem_verified_clear(capsem_verified *v);
 size_t capsem_verified_count(const capsem_verified *v);
 /* Memory held: the table and the scratch buffer the reads inflate into. */
 size_t capsem_verified_bytes(const capsem_verified *v);
+/* Give the scratch buffer back (the next read maps a new one). */
+void capsem_verified_release_buffer(capsem_verified *v);
 
 /* Remember the segments of the deflate block at block_offset from its first up to file offset
  * `upto` (just past the last segment a cursor verified; capsem_cursor_next_segment). */
