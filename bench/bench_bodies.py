@@ -35,7 +35,6 @@ import random
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +45,7 @@ from capsem_core.ledger import Ledger
 from capsem_core import index
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import timed  # noqa: E402
 from oracles.archive_reader import archived_bodies  # noqa: E402
 
 READS = 10_000
@@ -130,12 +130,6 @@ def test_small_read_bodies_1_thread(benchmark, small):
     _run(benchmark, _read_bodies, small, rounds=3)
 
 
-def _timed(fn, db: Path) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn(db)
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def test_large_paired_rounds(large: Path) -> None:
     """``bodies-large`` and ``bodies-large-kernel`` with the four alternating round by round
     (the pure-Python reader, the kernel, read_bodies, bodies, all on one thread; a host whose
@@ -147,10 +141,10 @@ def test_large_paired_rounds(large: Path) -> None:
             "bodies(threads=1)": _bodies}
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
-    _timed(_kernel, large)
+    timed(_kernel, large)
     for _ in range(PAIRED_ROUNDS):
         for name, fn in runs.items():
-            took = _timed(fn, large)
+            took = timed(fn, large)
             wall[name].append(took[0])
             cpu[name].append(took[1])
     for contender in ("read_bodies(threads=1)", "bodies(threads=1)"):

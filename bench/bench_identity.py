@@ -21,7 +21,7 @@ the ledger size).
 from __future__ import annotations
 
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,9 @@ from capsem_core import db as _db
 from capsem_core._native import _pages
 from capsem_core.check import check_ledger, identity, identity_pages, lifecycle_pages, opening
 from capsem_core.check.report import CheckResult
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import timed  # noqa: E402
 
 ROUNDS = 9   # the two checks differ by about a tenth: more rounds, steadier min and median
 PAIRS = 8    # alternating pairs of the paired comparison
@@ -100,23 +103,17 @@ def test_identity_parts_from_the_pages_alone(benchmark, small: Path) -> None:
     assert all(part is not None for part in held)   # a sound ledger: no part needs its SQL
 
 
-def _timed(db: Path) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    _check(db)
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def test_check_identity_paired_rounds(small: Path) -> None:
     """The same comparison with the two checks alternating round by round (a host whose speed
     drifts over a minute moves both alike): each pair's ratio of wall times, and the ratio of
     the process's CPU time (every thread's), medians printed. Asserts nothing about speed."""
     ratios, cpu_without, cpu_with = [], [], []
-    _timed(small)
+    timed(_check, small)
     for _ in range(PAIRS):
         with pytest.MonkeyPatch.context() as mp:
             _leave_the_section_out(mp)
-            without = _timed(small)
-        with_section = _timed(small)
+            without = timed(_check, small)
+        with_section = timed(_check, small)
         ratios.append(without[0] / with_section[0])
         cpu_without.append(without[1])
         cpu_with.append(with_section[1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -57,6 +58,14 @@ def sample_ledger(mix: str, *, bodies: int | None = None, raw_bytes: int | None 
         write_sample_ledger(tmp, seed=seed, mix=mix, bodies=bodies, raw_bytes=raw_bytes, codec=codec)
         tmp.rename(directory)
     return directory / "session.db"
+
+
+def timed(fn, *args) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds over every thread) of one call: the paired
+    comparisons divide both, CPU time being what the host's other guests do not move."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def warm(db: Path) -> Path:
