@@ -126,6 +126,10 @@ DAMAGE: list[tuple[str, list[str], int | None]] = [
         f"WHERE id = {FIRST_MCP_RULE})"], None),
     ("security rows about deleted events", ["DELETE FROM dns_events WHERE id IN (SELECT id FROM dns_events LIMIT 2)"],
      SECURITY),
+    ("security rows with no event_id about a table left empty (NOT IN an empty set is true)", [
+        "nullable security_decision_events event_id", "DELETE FROM dns_events",
+        "UPDATE security_decision_events SET event_id = NULL WHERE event_type = 'dns.query'",
+        "UPDATE security_rule_events SET event_type = 'mcp.event' WHERE event_type = 'dns.query'"], SECURITY),
     ("a security row turned into an exempt MCP fact", [
         "UPDATE security_decision_events SET event_type = 'mcp.tool_list', event_id = 'none' WHERE id = 1"], None),
     ("an exchange id stored as text", ["UPDATE model_items SET model_call_id = 'abc' WHERE id = 1"], MODEL_ITEMS),

@@ -309,46 +309,54 @@ def turns_hold(graph: Graph) -> tuple[bool, int]:
     return not (present & ~exchange).any(), int(present.sum())
 
 
-def _broken_event_ids(event_ids: Array, table: Table, member: npt.NDArray[np.bool_]) -> bool:
-    """Whether ``NOT (event_id IN (SELECT event_id FROM table))`` is true for any row: a NULL
-    only against an empty table, an unknown id only when the table holds no NULL."""
-    has_null = bool((table.columns["event_id"] == 0).any())
-    named = event_ids != 0
-    if (~named).any() and table.rows == 0:
-        return True
-    return not has_null and bool((~member[event_ids[named]]).any())
-
-
 def security_holds(graph: Graph) -> tuple[bool, int]:
     """Invariants 6 and 7 (``identity.check_security_joins``): (no break, the rule table's
-    MCP tools/call rows)."""
+    MCP tools/call rows). A row joins when its event_type's table holds its event_id; with
+    ``NOT (event_id IN (SELECT event_id FROM table))``'s NULL rules: a NULL event_id breaks
+    only against an empty table, an unknown one only against a table holding no NULL."""
     targets = sorted(set(EVENT_TABLES.values()))
     if not clean(graph, {**{t: ("event_id",) for t in targets},
                           **{t: ("event_id", "event_type") for t in SECURITY_TABLES}}):
         return False, 0
-    size = graph.count("event") + 1
-    member: dict[str, npt.NDArray[np.bool_]] = {}
-    for table in targets:
-        member[table] = np.zeros(size, dtype=bool)
-        member[table][graph.tables[table].columns["event_id"]] = True
+    # One bit per target table (EVENT_TABLES names 11: they fit 16 bits): held[code] has a
+    # table's bit where it holds that event_id (code 0: a NULL), so each security table is
+    # decided in a few passes over its rows, not one per event_type.
+    held = np.zeros(graph.count("event") + 1, dtype=np.uint16)
+    empty = 0
+    for bit, table in enumerate(targets):
+        held[graph.tables[table].columns["event_id"]] |= np.uint16(1 << bit)
+        empty |= (graph.tables[table].rows == 0) << bit
+    target = np.full(graph.count("name") + 1, -1, dtype=np.int8)   # event_type code -> bit
+    for event_type, table in EVENT_TABLES.items():
+        code = graph.code("name", event_type)
+        if code:
+            target[code] = targets.index(table)
     mcp_code = graph.code("name", "mcp.tool_call")
     rules = graph.tables["security_rule_events"].columns
     mcp = (rules["event_type"] == mcp_code) if mcp_code else np.zeros(len(rules["event_type"]), dtype=bool)
-    if _broken_event_ids(rules["event_id"][mcp], graph.tables["tool_calls"], member["tool_calls"]):
-        return False, 0
     for source in SECURITY_TABLES:
         columns = graph.tables[source].columns
-        kinds = columns["event_type"]
-        for event_type, target in EVENT_TABLES.items():
-            code = graph.code("name", event_type)
-            if not code:
-                continue
-            chosen = kinds == code
-            if source == "security_rule_events" and event_type == "mcp.tool_call":
-                continue   # invariant 6's
-            if chosen.any() and _broken_event_ids(columns["event_id"][chosen], graph.tables[target], member[target]):
-                return False, 0
-    return True, int(mcp.sum())
+        bits = target[columns["event_type"]]
+        if source == "security_rule_events" and mcp_code:
+            bits[mcp] = -1   # invariant 6's, below
+        chosen = bits >= 0
+        if chosen.any() and _broken(columns["event_id"][chosen], bits[chosen], held, empty):
+            return False, 0
+    tool_calls = np.full(int(mcp.sum()), targets.index("tool_calls"), dtype=np.int8)
+    if len(tool_calls) and _broken(rules["event_id"][mcp], tool_calls, held, empty):
+        return False, 0
+    return True, len(tool_calls)
+
+
+def _broken(event_ids: Array, bits: npt.NDArray[np.int8], held: npt.NDArray[np.uint16], empty: int) -> bool:
+    """Whether any row breaks: ``event_ids`` against the target tables whose ``bits`` they name."""
+    mask = np.left_shift(np.uint16(1), bits.astype(np.uint16))
+    named = event_ids != 0
+    if not named.all() and (np.bitwise_and(mask[~named], empty) != 0).any():
+        return True
+    mask = mask[named]
+    unknown = (held[event_ids[named]] & mask) == 0
+    return bool((unknown & ((mask & held[0]) == 0)).any())
 
 
 # --- the parts, as identity.session_parts runs them -------------------------------------------
