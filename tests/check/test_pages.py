@@ -394,11 +394,13 @@ def test_a_read_queued_after_the_walk_runs_once_the_page_map_has_walked_the_file
     from capsem_core.check.report import CheckResult
 
     db = _fresh(tmp_path / "after-walk", sample.data)
-    walked = threading.Event()
+    walked, read = threading.Event(), threading.Event()
     real_walk = pages.PageCheck._run_walk
 
     def slow_walk(self: pages.PageCheck) -> None:
-        walked.wait(0.3)   # the other worker has long been free to take the queued read
+        # Held until the read queued without after_walk has run on the other worker (however
+        # long that worker's table takes on a loaded machine; a fixed pause raced it).
+        read.wait(30)
         real_walk(self)
         walked.set()
 
@@ -411,7 +413,7 @@ def test_a_read_queued_after_the_walk_runs_once_the_page_map_has_walked_the_file
         try:
             [after] = check.run_beside([lambda c: (walked.is_set(), threading.current_thread().name)],
                                        after_walk=True)
-            [now] = check.run_beside([lambda c: walked.is_set()])
+            [now] = check.run_beside([lambda c: (walked.is_set(), read.set())[0]])
             check.wait()
             assert now.result(check, conn) is False        # taken at once, while the map walked
             assert after.result(check, conn)[0] is True    # taken only after the walk
