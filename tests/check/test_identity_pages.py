@@ -131,7 +131,10 @@ DAMAGE: list[tuple[str, list[str], int | None]] = [
         "UPDATE security_decision_events SET event_id = NULL WHERE event_type = 'dns.query'",
         "UPDATE security_rule_events SET event_type = 'mcp.event' WHERE event_type = 'dns.query'"], SECURITY),
     ("a security row turned into an exempt MCP fact", [
-        "UPDATE security_decision_events SET event_type = 'mcp.tool_list', event_id = 'none' WHERE id = 1"], None),
+        "UPDATE security_decision_events SET event_type = 'mcp.tool_list', event_id = '000000000000' WHERE id = 1"],
+     None),
+    ("an exempt MCP fact whose event_id is not 12 hex digits", [
+        "UPDATE security_decision_events SET event_type = 'mcp.tool_list', event_id = 'none' WHERE id = 1"], SECURITY),
     ("an exchange id stored as text", ["UPDATE model_items SET model_call_id = 'abc' WHERE id = 1"], MODEL_ITEMS),
     ("an exchange id stored as a real", [f"UPDATE model_items SET model_call_id = 1.5 WHERE id = "
                                          f"{FIRST_TOOL_CALL_ITEM}"], MODEL_ITEMS),
@@ -160,7 +163,7 @@ def test_each_damage_is_handed_to_sql_and_the_section_is_the_sqls(
     else:
         assert held[broken] is None
         assert kinds or by_sql["findings"] or what.startswith(("an exchange id stored", "a call_id stored",
-                                                                "an event_id too long"))
+                                                                "an event_id too long", "an exempt MCP fact"))
 
 
 def test_a_lonely_turn_of_a_stopped_session_is_its_sqls_warning(ledger: Path) -> None:

@@ -152,6 +152,41 @@ def test_texts_come_out_end_to_end_and_hashes_as_digests_as_sqlite_stores_them(
     db.unlink()
 
 
+EVENT_ID = "0123456789ab"
+event_ids = st.one_of(values, st.just(EVENT_ID), st.just(EVENT_ID.upper()), st.just(EVENT_ID[:-1] + "g"),
+                      st.just(EVENT_ID[:-1]), st.just(EVENT_ID + "0"), st.just(EVENT_ID.encode()),
+                      st.integers(min_value=0, max_value=2 ** 48 - 1).map(lambda v: f"{v:012x}"))
+event_rows = st.lists(st.tuples(st.integers(min_value=0, max_value=9000), event_ids, values), min_size=0, max_size=80)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=event_rows, page_size=st.sampled_from([512, 4096, 65536]))
+def test_event_ids_come_out_as_their_48_bit_values_and_anything_else_is_odd(
+        tmp_path: Path, rows: list, page_size: int) -> None:
+    db = tmp_path / f"e{os.getpid()}-{len(rows)}-{page_size}.db"
+    db.unlink(missing_ok=True)
+    root = _table(db, rows, page_size)
+    got = _pages.PageFile(db).records(root, [(2, _pages.HEX)])
+    assert got.status == "ok" and got.rows == len(rows)
+    odd = 0
+    for value, (_id, kind, stored) in zip(got.values[0].tolist(), _stored(db, "a")):
+        event_id = kind == "text" and len(stored) == 12 and all(c in "0123456789abcdef" for c in stored)
+        assert value == (int(stored, 16) if event_id else _pages.NULL_VALUE)
+        odd += kind != "null" and not event_id
+    assert got.odd == [odd]
+    db.unlink()
+
+
+@given(held=st.lists(st.integers(min_value=-2 ** 63, max_value=2 ** 63 - 1), max_size=60),
+       wanted=st.lists(st.integers(min_value=-2 ** 63, max_value=2 ** 63 - 1), max_size=60),
+       shared=st.lists(st.integers(min_value=-5, max_value=5), max_size=30))
+def test_missing_sorted_counts_the_wanted_values_held_lacks(held: list[int], wanted: list[int],
+                                                             shared: list[int]) -> None:
+    pool = np.sort(np.array(held + shared, dtype=np.int64))
+    keys = np.sort(np.array(wanted + shared[::2], dtype=np.int64))
+    assert _pages.missing_sorted(pool, keys) == sum(k not in set(pool.tolist()) for k in keys.tolist())
+
+
 def test_a_column_kind_the_scan_does_not_know_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     root = _table(db, [(0, "a", 1)], 4096)

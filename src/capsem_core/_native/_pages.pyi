@@ -20,6 +20,7 @@ MAX_COLUMNS: int
 # records(): the column kinds besides an integer (None) and a Codes.
 TEXT: str
 DIGEST: str
+HEX: str
 
 class Records(NamedTuple):
     status: str   # "ok", "cancelled", "unreadable", "gave_up", "shrank"
@@ -27,6 +28,9 @@ class Records(NamedTuple):
     values: list[npt.NDArray[np.int64]]
     odd: list[int]
     data: list[npt.NDArray[np.uint8] | None]   # TEXT: bytes end to end; DIGEST: (rows, 32)
+
+def missing_sorted(held: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> int:
+    """How many values of ``wanted`` ``held`` lacks, both sorted ascending."""
 
 class Codes:
     """Dense codes (1, 2, ...) of the distinct texts the scans sharing it meet."""

@@ -3,8 +3,10 @@
 Each of the four parts of ``identity.session_parts`` is one SQL pass per table. Here the
 columns those passes join on are read once, natively, from the database file the page check
 has mapped (``PageFile.records``: no SQL, no object per row), texts as dense codes (equal
-codes are byte-equal texts), and every invariant of a part is decided on the arrays with
-numpy, with SQL's own NULL rules. A part whose invariants all hold gets the counts its SQL
+codes are byte-equal texts) and event ids, Capsem's 12 lower-case hex digits, as their 48-bit
+values (no table to code them in: they are the most numerous texts, and the security joins on
+them are decided on sorted arrays), and every invariant of a part is decided on the arrays
+with numpy, with SQL's own NULL rules. A part whose invariants all hold gets the counts its SQL
 would report and no finding. A part with any break, or one that reads a column the scan
 could not read as the schema declares it (a value of another kind, a table that is not a
 plain rowid table, a collation, a damaged tree), is handed to its SQL, which words the
@@ -37,9 +39,10 @@ NULL = _pages.NULL_VALUE
 # against 23.1 ms at 24 MiB), so check runs the SQL.
 MIN_BYTES = 16 << 20
 # The columns each join reads, by the domain their codes share (codes compare only within
-# one domain): event ids, tool call ids, and the short names (traces, turns, kinds, types).
-TEXT_DOMAINS = {"event_id": "event", "call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name",
-                "event_type": "name"}
+# one domain): tool call ids, and the short names (traces, turns, kinds, types). Event ids are
+# read as their values (HEX); an event id of another form is a value of another kind.
+TEXT_DOMAINS = {"call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name", "event_type": "name"}
+HEX_COLUMNS = ("event_id",)
 INTEGER_COLUMNS = ("id", "model_call_id")
 _SPECIFIC: dict[str, tuple[str, ...]] = {
     "model_items": ("model_call_id", "kind", "call_id"),
@@ -79,7 +82,7 @@ class Graph:
 
     def __init__(self) -> None:
         seed = int.from_bytes(os.urandom(8), "little")
-        self.codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(("event", "call", "name"))}
+        self.codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(("call", "name"))}
         self.tables: dict[str, Table] = {}
 
     def code(self, domain: str, text: str) -> int:
@@ -121,7 +124,7 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
         columns = page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
         if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
             return None
-        spec = [(cid, graph.codes[TEXT_DOMAINS[name]] if name in TEXT_DOMAINS else None) for cid, name in columns]
+        spec = [(cid, _kind(graph, name)) for cid, name in columns]
         scanned = pages.records(root, spec)
         if scanned.status != "ok":
             return None
@@ -129,6 +132,13 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
             int(scanned.rows), {name: values for (_c, name), values in zip(columns, scanned.values)},
             frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd))
     return graph
+
+
+def _kind(graph: Graph, name: str) -> _pages.Codes | str | None:
+    """How the scan reads column ``name``: its domain's codes, an event id's value, or an integer."""
+    if name in TEXT_DOMAINS:
+        return graph.codes[TEXT_DOMAINS[name]]
+    return _pages.HEX if name in HEX_COLUMNS else None
 
 
 # --- the parts' invariants on the arrays: True when no row breaks them -----------------------
@@ -311,52 +321,49 @@ def turns_hold(graph: Graph) -> tuple[bool, int]:
 
 def security_holds(graph: Graph) -> tuple[bool, int]:
     """Invariants 6 and 7 (``identity.check_security_joins``): (no break, the rule table's
-    MCP tools/call rows). A row joins when its event_type's table holds its event_id; with
-    ``NOT (event_id IN (SELECT event_id FROM table))``'s NULL rules: a NULL event_id breaks
-    only against an empty table, an unknown one only against a table holding no NULL."""
+    MCP tools/call rows). A row joins when its event_type's table holds its event_id (the rule
+    table's MCP calls: tool_calls, invariant 6), with ``NOT (event_id IN (SELECT event_id FROM
+    table))``'s NULL rules: a NULL event_id breaks only against an empty table, an unknown one
+    only against a table holding no NULL."""
     targets = sorted(set(EVENT_TABLES.values()))
     if not clean(graph, {**{t: ("event_id",) for t in targets},
                           **{t: ("event_id", "event_type") for t in SECURITY_TABLES}}):
         return False, 0
-    # One bit per target table (EVENT_TABLES names 11: they fit 16 bits): held[code] has a
-    # table's bit where it holds that event_id (code 0: a NULL), so each security table is
-    # decided in a few passes over its rows, not one per event_type.
-    held = np.zeros(graph.count("event") + 1, dtype=np.uint16)
-    empty = 0
-    for bit, table in enumerate(targets):
-        held[graph.tables[table].columns["event_id"]] |= np.uint16(1 << bit)
-        empty |= (graph.tables[table].rows == 0) << bit
-    target = np.full(graph.count("name") + 1, -1, dtype=np.int8)   # event_type code -> bit
+    target = np.full(graph.count("name") + 1, -1, dtype=np.int64)   # event_type code -> target
     for event_type, table in EVENT_TABLES.items():
         code = graph.code("name", event_type)
         if code:
             target[code] = targets.index(table)
-    mcp_code = graph.code("name", "mcp.tool_call")
-    rules = graph.tables["security_rule_events"].columns
-    mcp = (rules["event_type"] == mcp_code) if mcp_code else np.zeros(len(rules["event_type"]), dtype=bool)
+    named, ids = [], []
     for source in SECURITY_TABLES:
         columns = graph.tables[source].columns
-        bits = target[columns["event_type"]]
-        if source == "security_rule_events" and mcp_code:
-            bits[mcp] = -1   # invariant 6's, below
-        chosen = bits >= 0
-        if chosen.any() and _broken(columns["event_id"][chosen], bits[chosen], held, empty):
-            return False, 0
-    tool_calls = np.full(int(mcp.sum()), targets.index("tool_calls"), dtype=np.int8)
-    if len(tool_calls) and _broken(rules["event_id"][mcp], tool_calls, held, empty):
-        return False, 0
-    return True, len(tool_calls)
-
-
-def _broken(event_ids: Array, bits: npt.NDArray[np.int8], held: npt.NDArray[np.uint16], empty: int) -> bool:
-    """Whether any row breaks: ``event_ids`` against the target tables whose ``bits`` they name."""
-    mask = np.left_shift(np.uint16(1), bits.astype(np.uint16))
-    named = event_ids != 0
-    if not named.all() and (np.bitwise_and(mask[~named], empty) != 0).any():
-        return True
-    mask = mask[named]
-    unknown = (held[event_ids[named]] & mask) == 0
-    return bool((unknown & ((mask & held[0]) == 0)).any())
+        each = target[columns["event_type"]]
+        joins = each >= 0
+        named.append(each[joins])
+        ids.append(columns["event_id"][joins])
+    by, wanted = np.concatenate(named), np.concatenate(ids)
+    mcp_code = graph.code("name", "mcp.tool_call")
+    mcp = int((graph.tables["security_rule_events"].columns["event_type"] == mcp_code).sum()) if mcp_code else 0
+    tables = [graph.tables[t] for t in targets]
+    empty = np.array([t.rows == 0 for t in tables])
+    null = wanted == NULL
+    if empty[by[null]].any():
+        return False, mcp
+    # Each target's event ids keyed by the target (ids are 48-bit values), so one sorted merge
+    # decides every row; a target holding a NULL is left out with the rows naming it.
+    used = np.flatnonzero(np.bincount(by, minlength=len(targets)))
+    has_null = np.zeros(len(targets), dtype=bool)
+    held = []
+    for index in used:
+        values = tables[index].columns["event_id"]
+        known = values != NULL
+        has_null[index] = not known.all()
+        if not has_null[index]:
+            held.append((index << 48) | values)
+    keep = ~null & ~has_null[by]
+    keys = np.sort((by[keep] << 48) | wanted[keep])
+    pool = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    return _pages.missing_sorted(pool, keys) == 0, mcp
 
 
 # --- the parts, as identity.session_parts runs them -------------------------------------------

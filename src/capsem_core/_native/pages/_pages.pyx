@@ -6,7 +6,8 @@
 returns what a whole-file ``PRAGMA quick_check`` would report that per-table checks cannot;
 ``estimate`` sizes each tree cheaply for ordering work; ``records`` reads chosen columns of
 every row of one table tree into numpy arrays: integers, texts as ``Codes`` or as their bytes
-end to end (``TEXT``), a body_hash as its digest (``DIGEST``) (page_records.h). The walk and
+end to end (``TEXT``), a body_hash as its digest (``DIGEST``), an event id as its value
+(``HEX``) (page_records.h); ``missing_sorted`` joins two sorted arrays of them. The walk and
 the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``):
 the caller words them, with the names it knows for each root. This module runs no SQL and imports nothing from the Python
 layer.
@@ -84,7 +85,7 @@ cdef extern from "page_records.h" nogil:
     int CAPSEM_REC_MAX_COLUMNS
     int CAPSEM_REC_OK, CAPSEM_REC_CANCELLED, CAPSEM_REC_NO_MEMORY, CAPSEM_REC_UNREADABLE, CAPSEM_REC_GAVE_UP
     int CAPSEM_REC_SHRANK
-    int CAPSEM_REC_INTEGER, CAPSEM_REC_CODE, CAPSEM_REC_TEXT, CAPSEM_REC_DIGEST
+    int CAPSEM_REC_INTEGER, CAPSEM_REC_CODE, CAPSEM_REC_TEXT, CAPSEM_REC_DIGEST, CAPSEM_REC_HEX
     ctypedef struct capsem_rec_column:
         uint32_t column
         uint32_t kind
@@ -123,6 +124,7 @@ MAX_COLUMNS = CAPSEM_REC_MAX_COLUMNS
 # records(): the kinds of column besides an integer (None) and a Codes.
 TEXT = "text"
 DIGEST = "digest"
+HEX = "hex"
 
 Records = collections.namedtuple("Records", "status rows values odd data")
 Records.__doc__ = ("The result of PageFile.records: status (\"ok\", \"cancelled\", \"unreadable\": the tree is not one "
@@ -162,6 +164,19 @@ cdef uint32_t *_roots_array(roots, size_t *n) except? NULL:
             raise ValueError(f"root page {values[i]} is not a page number")
         out[i] = <uint32_t>values[i]
     return out
+
+
+def missing_sorted(const int64_t[::1] held, const int64_t[::1] wanted):
+    """How many values of ``wanted`` ``held`` lacks, both sorted ascending: one merge of the
+    two, where a search per value would jump about ``held`` at random."""
+    cdef Py_ssize_t i = 0, j, n = held.shape[0], m = wanted.shape[0], missing = 0
+    with nogil:
+        for j in range(m):
+            while i < n and held[i] < wanted[j]:
+                i += 1
+            if i == n or held[i] != wanted[j]:
+                missing += 1
+    return missing
 
 
 cdef class Codes:
@@ -378,8 +393,9 @@ cdef class PageFile:
         (``values[i]`` where row i's start in ``data``, ``-1 - start`` for NULL; each row's
         bytes end where the next row's start); ``DIGEST``, a body_hash (1 for "blake3:" + 64
         lower-case hex, its digest in ``data``; 0 another text; -1 not a text, NULL
-        included). Returns ``Records``. May run beside a walk or another scan, never one
-        sharing a ``Codes``; ``cancel()`` stops it."""
+        included); ``HEX``, an event id of 12 lower-case hex digits as its 48-bit value
+        (``NULL_VALUE`` for NULL; any other value is odd). Returns ``Records``. May run
+        beside a walk or another scan, never one sharing a ``Codes``; ``cancel()`` stops it."""
         cdef list spec_in = [(int(c), k) for c, k in columns]
         cdef size_t n = len(spec_in), i
         if n > CAPSEM_REC_MAX_COLUMNS:
@@ -409,9 +425,9 @@ cdef class PageFile:
             if kind is None:
                 spec[i].kind = CAPSEM_REC_INTEGER
             elif isinstance(kind, str):
-                if kind not in (TEXT, DIGEST):
+                if kind not in (TEXT, DIGEST, HEX):
                     raise ValueError(f"no column kind {kind!r}")
-                spec[i].kind = CAPSEM_REC_TEXT if kind == TEXT else CAPSEM_REC_DIGEST
+                spec[i].kind = {TEXT: CAPSEM_REC_TEXT, DIGEST: CAPSEM_REC_DIGEST, HEX: CAPSEM_REC_HEX}[kind]
             else:
                 codes = <Codes?>kind
                 keep.append(codes)

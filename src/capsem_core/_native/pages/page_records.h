@@ -49,6 +49,9 @@ enum {
     CAPSEM_REC_DIGEST = 3,  /* a body_hash: 1 for "blake3:" + 64 lower-case hex (its 32 bytes
                              * at bytes[32 * row]), 0 for another text, -1 for a value that is
                              * not a text (NULL included; then and for 0 the 32 bytes are zero) */
+    CAPSEM_REC_HEX = 4,     /* an event id, 12 lower-case hex digits: their 48-bit value (equal
+                             * values, byte-equal texts); CAPSEM_REC_NULL for NULL. Any other
+                             * value is odd (another text too): read as NULL */
 };
 
 typedef struct {
