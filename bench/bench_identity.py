@@ -15,7 +15,9 @@ a host whose speed drifts from minute to minute, steadier than two benchmarks ru
 the other. In the same rounds it times a third check, the one without the section at all
 (no page scan: the tool lifecycle counted by its SQL, as check counted it before the section
 came), and prints that ratio too: what the section changed for a user, beside what it costs
-against the stricter baseline the target is measured on.
+against the stricter baseline the target is measured on. ``test_check_identity_cost_by_step``
+measures the section's own steps by thread CPU (inside check, alternating with the baseline),
+steadier still, and prints the same ratio from them.
 
 Run: ``python3 -m pytest bench/bench_identity.py -q -s`` (``CAPSEM_BENCH_BODIES`` overrides
 the ledger size).
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from capsem_core import db as _db
+from capsem_core import index_pages
 from capsem_core._native import _pages
 from capsem_core.check import check_ledger, identity, identity_pages, lifecycle_pages, opening, run
 from capsem_core.check.report import CheckResult
@@ -136,3 +140,70 @@ def test_check_identity_paired_rounds(small: Path) -> None:
                 f"{cpu[0]:.2f} s / {cpu[1]:.2f} s = {cpu[0] / cpu[1]:.3f}{target}")
     print(line("without", "without the section (the lifecycle's columns scanned)", " (target >= 0.91)")
           + line("before", "before the section (no scan, the lifecycle by SQL)", ""))
+
+
+def _thread_cpu(monkeypatch: pytest.MonkeyPatch, spent: dict[str, float]) -> None:
+    """Add each call's thread CPU time of the section's own steps to ``spent``, by step."""
+    for name in ("read_graph", "held_parts"):
+        real = getattr(identity_pages, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):   # type: ignore[no-untyped-def]
+            start = time.thread_time()
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                spent[_name] = spent.get(_name, 0.0) + time.thread_time() - start
+        monkeypatch.setattr(identity_pages, name, counted)
+
+
+def _alongside_cost(db: Path) -> float:
+    """The thread CPU the body index's pass spends on event_body_blobs' traces and turns for
+    the section: the pass with and without them, alternating, median difference."""
+    conn = opening.open_read_only(db, _db.read_plan(db))
+    mapped = _pages.PageFile(db)
+    try:
+        conn.execute("BEGIN")
+        spent: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(PAIRS):
+            for alongside in (False, True):
+                start = time.thread_time()
+                index_pages.read_index(mapped, conn, alongside=identity_pages.blobs_alongside(identity_pages.Graph())
+                                       if alongside else None)
+                spent[alongside].append(time.thread_time() - start)
+        return statistics.median(spent[True]) - statistics.median(spent[False])
+    finally:
+        mapped.close()
+        conn.close()
+
+
+def test_check_identity_cost_by_step(small: Path) -> None:
+    """Where the section's CPU goes, steadier than the difference of two whole checks' times:
+    the thread CPU, inside check, of the two steps it adds to (the page scan, read_graph; the
+    joins, held_parts), the section's rounds less the baseline's, alternating round by round;
+    and the body index's pass reading event_body_blobs' traces and turns for it, with and
+    without them on one connection. The ratio printed is the baseline check's CPU over that
+    plus the three shares. It leaves out what the section costs the other threads (memory
+    and caches they share), which the paired rounds above include. Asserts nothing about
+    speed."""
+    rounds: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+    timed(_check, small)
+    for _ in range(PAIRS):
+        for name in ("without", "with"):
+            spent: dict[str, float] = {}
+            with pytest.MonkeyPatch.context() as mp:
+                _thread_cpu(mp, spent)
+                if name == "without":
+                    _leave_the_section_out(mp)
+                spent["check"] = timed(_check, small)[1]
+            rounds[name].append(spent)
+
+    def median(name: str, step: str) -> float:
+        return statistics.median(r.get(step, 0.0) for r in rounds[name])
+    share = {step: median("with", step) - median("without", step) for step in ("read_graph", "held_parts")}
+    share["alongside"] = _alongside_cost(small)
+    base = median("without", "check")
+    total = base + sum(share.values())
+    print(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan {share['read_graph'] * 1000:.0f} ms, "
+          f"joins {share['held_parts'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
+          f"{share['alongside'] * 1000:.0f} ms; check without the section {base:.2f} s of CPU; "
+          f"{base:.2f} / {total:.2f} = {base / total:.3f} (target >= 0.91)")
