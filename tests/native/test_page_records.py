@@ -187,6 +187,18 @@ def test_missing_sorted_counts_the_wanted_values_held_lacks(held: list[int], wan
     assert _pages.missing_sorted(pool, keys) == sum(k not in set(pool.tolist()) for k in keys.tolist())
 
 
+@given(pairs=st.lists(st.tuples(st.integers(min_value=0, max_value=3), st.integers(min_value=0, max_value=2)),
+                      max_size=80))
+def test_runs_keep_the_first_row_of_each_run_of_equal_pairs(pairs: list[tuple[int, int]]) -> None:
+    first = np.array([a for a, _b in pairs], dtype=np.int64)
+    second = np.array([b for _a, b in pairs], dtype=np.int64)
+    kept = [p for i, p in enumerate(pairs) if i == 0 or p != pairs[i - 1]]
+    a, b = _pages.runs(first, second)
+    assert list(zip(a.tolist(), b.tolist())) == kept
+    with pytest.raises(ValueError):
+        _pages.runs(first, np.zeros(len(pairs) + 1, dtype=np.int64))
+
+
 def test_a_column_kind_the_scan_does_not_know_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     root = _table(db, [(0, "a", 1)], 4096)

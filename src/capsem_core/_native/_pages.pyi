@@ -32,6 +32,9 @@ class Records(NamedTuple):
 def missing_sorted(held: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> int:
     """How many values of ``wanted`` ``held`` lacks, both sorted ascending."""
 
+def runs(first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The rows that begin a run of equal (first, second) pairs: their values, in order."""
+
 class Codes:
     """Dense codes (1, 2, ...) of the distinct texts the scans sharing it meet."""
     def __init__(self, seed: int) -> None: ...

@@ -299,13 +299,8 @@ def turns_hold(graph: Graph) -> tuple[bool, int]:
     pairs = []
     for table in TURN_TABLES:
         columns = graph.tables[table].columns
-        turn, trace = columns["turn_id"], columns["trace_id"]
-        if len(turn) > 1:   # rows come in runs of one turn and trace: keep each run's first
-            first = np.empty(len(turn), dtype=bool)
-            first[0] = True
-            np.not_equal(turn[1:], turn[:-1], out=first[1:])
-            first[1:] |= trace[1:] != trace[:-1]
-            turn, trace = turn[first], trace[first]
+        # Rows come in runs of one turn and trace: each run's first is enough.
+        turn, trace = _pages.runs(columns["turn_id"], columns["trace_id"])
         present[turn] = True
         both = (turn != 0) & (trace != 0)
         turn, trace = turn[both], trace[both]

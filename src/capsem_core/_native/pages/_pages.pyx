@@ -7,7 +7,8 @@ returns what a whole-file ``PRAGMA quick_check`` would report that per-table che
 ``estimate`` sizes each tree cheaply for ordering work; ``records`` reads chosen columns of
 every row of one table tree into numpy arrays: integers, texts as ``Codes`` or as their bytes
 end to end (``TEXT``), a body_hash as its digest (``DIGEST``), an event id as its value
-(``HEX``) (page_records.h); ``missing_sorted`` joins two sorted arrays of them. The walk and
+(``HEX``) (page_records.h); ``missing_sorted`` joins two sorted arrays of them, ``runs``
+thins two columns to the rows where their pair changes. The walk and
 the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``):
 the caller words them, with the names it knows for each root. This module runs no SQL and imports nothing from the Python
 layer.
@@ -177,6 +178,24 @@ def missing_sorted(const int64_t[::1] held, const int64_t[::1] wanted):
             if i == n or held[i] != wanted[j]:
                 missing += 1
     return missing
+
+
+def runs(const int64_t[::1] first, const int64_t[::1] second):
+    """The rows that begin a run of equal (first, second) pairs: their values, in order, as
+    two arrays (a scan's columns whose values come in runs, thinned in one pass)."""
+    cdef Py_ssize_t n = first.shape[0], i, k = 0
+    if second.shape[0] != n:
+        raise ValueError("the two columns differ in length")
+    out_first = np.empty(n, dtype=np.int64)
+    out_second = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] a = out_first, b = out_second
+    with nogil:
+        for i in range(n):
+            if i == 0 or first[i] != first[i - 1] or second[i] != second[i - 1]:
+                a[k] = first[i]
+                b[k] = second[i]
+                k += 1
+    return out_first[:k], out_second[:k]
 
 
 cdef class Codes:
