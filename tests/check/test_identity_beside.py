@@ -114,11 +114,21 @@ def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
     alone = _on_one_connection(damaged)
     seen = _threads_of_parts(monkeypatch)
     # A worker still busy when the parts are queued, and the main thread busier with its own
-    # checks: the workers take every part.
-    _slowed(monkeypatch, pages, "quick_check_lines", 0.2)
-    _slowed(monkeypatch, sql_checks, "check_tables", 1.0)
+    # checks: held in its last one until every part has started, however long the workers
+    # take on a loaded machine (the parts are queued only once the body archive's pass has
+    # read event_body_blobs; a fixed pause raced them): the workers take every part.
     expected = _sql_parts_run(damaged)
     assert expected >= 3   # the damage breaks at least three parts
+    _slowed(monkeypatch, pages, "quick_check_lines", 0.2)
+    real_previews = sql_checks.check_previews
+
+    def busy(*args: object) -> object:
+        deadline = time.monotonic() + 60
+        while len(seen) < expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real_previews(*args)
+
+    monkeypatch.setattr(sql_checks, "check_previews", busy)
     report = check_ledger(damaged, page_threads=2)
     assert report.checks["pages"].counts["method"] == "per_table"
     assert len(seen) == expected and all(n.startswith("capsem-page-check-") for n in seen), seen

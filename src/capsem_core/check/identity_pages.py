@@ -324,40 +324,45 @@ def security_holds(graph: Graph) -> tuple[bool, int]:
     if not clean(graph, {**{t: ("event_id",) for t in targets},
                           **{t: ("event_id", "event_type") for t in SECURITY_TABLES}}):
         return False, 0
-    target = np.full(graph.count("name") + 1, -1, dtype=np.int64)   # event_type code -> target
+    target = np.full(graph.count("name") + 1, -1, dtype=np.int8)   # event_type code -> target
     for event_type, table in EVENT_TABLES.items():
         code = graph.code("name", event_type)
         if code:
             target[code] = targets.index(table)
-    named, ids = [], []
+    tables = [graph.tables[t] for t in targets]
+    empty = np.array([t.rows == 0 for t in tables])
+    # Each row as one key, its target table's index above its event id (a 48-bit value), so
+    # one sorted merge with the targets' ids keyed alike decides every row.
+    parts, named = [], np.zeros(len(targets), dtype=np.int64)
     for source in SECURITY_TABLES:
         columns = graph.tables[source].columns
         each = target[columns["event_type"]]
         joins = each >= 0
-        named.append(each[joins])
-        ids.append(columns["event_id"][joins])
-    by, wanted = np.concatenate(named), np.concatenate(ids)
+        each, ids = each[joins], columns["event_id"][joins]
+        null = ids == NULL
+        if null.any():
+            if empty[each[null]].any():
+                return False, 0
+            each, ids = each[~null], ids[~null]
+        named += np.bincount(each, minlength=len(targets))
+        parts.append(np.bitwise_or(each.astype(np.int64) << 48, ids))
+    used = [int(i) for i in np.flatnonzero(named)]
+    # A target holding a NULL event_id: NOT IN is never true of it, so its rows are left out.
+    nulls = [i for i in used if tables[i].rows and int(tables[i].columns["event_id"].min()) == NULL]
+    keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if nulls:
+        keys = keys[~np.isin(keys >> 48, nulls)]
+    keys.sort()
+    held = [i for i in used if i not in nulls]
+    pool = np.empty(sum(tables[i].rows for i in held), dtype=np.int64)
+    at = 0
+    for i in held:
+        values = tables[i].columns["event_id"]
+        np.bitwise_or(values, i << 48, out=pool[at:at + len(values)])
+        at += len(values)
+    pool.sort()
     mcp_code = graph.code("name", "mcp.tool_call")
     mcp = int((graph.tables["security_rule_events"].columns["event_type"] == mcp_code).sum()) if mcp_code else 0
-    tables = [graph.tables[t] for t in targets]
-    empty = np.array([t.rows == 0 for t in tables])
-    null = wanted == NULL
-    if empty[by[null]].any():
-        return False, mcp
-    # Each target's event ids keyed by the target (ids are 48-bit values), so one sorted merge
-    # decides every row; a target holding a NULL is left out with the rows naming it.
-    used = np.flatnonzero(np.bincount(by, minlength=len(targets)))
-    has_null = np.zeros(len(targets), dtype=bool)
-    held = []
-    for index in used:
-        values = tables[index].columns["event_id"]
-        known = values != NULL
-        has_null[index] = not known.all()
-        if not has_null[index]:
-            held.append((index << 48) | values)
-    keep = ~null & ~has_null[by]
-    keys = np.sort((by[keep] << 48) | wanted[keep])
-    pool = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
     return _pages.missing_sorted(pool, keys) == 0, mcp
 
 
