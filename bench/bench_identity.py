@@ -203,7 +203,7 @@ def test_check_identity_cost_by_step(small: Path) -> None:
     share["alongside"] = _alongside_cost(small)
     base = median("without", "check")
     total = base + sum(share.values())
-    print(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan {share['read_graph'] * 1000:.0f} ms, "
-          f"joins {share['held_parts'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
+    print(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan "
+          f"{share['read_graph'] * 1000:.0f} ms, joins {share['held_parts'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
           f"{share['alongside'] * 1000:.0f} ms; check without the section {base:.2f} s of CPU; "
           f"{base:.2f} / {total:.2f} = {base / total:.3f} (target >= 0.91)")

@@ -32,7 +32,8 @@ class Records(NamedTuple):
 def missing_sorted(held: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> int:
     """How many values of ``wanted`` ``held`` lacks, both sorted ascending."""
 
-def runs(first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def runs(first: npt.NDArray[np.int64],
+         second: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The rows that begin a run of equal (first, second) pairs: their values, in order."""
 
 class Codes:
