@@ -65,6 +65,14 @@ def _stored(path: Path, column: str) -> list[tuple[int, str, object]]:
     return rows
 
 
+def _example_table(tmp_path: Path, tag: str, rows: list[tuple[int, object, object]], page_size: int) -> tuple[Path, int]:
+    """A fresh _table for one hypothesis example (the function-scoped tmp_path is shared by
+    every example of a test): its path and root page."""
+    db = tmp_path / f"{tag}{os.getpid()}-{len(rows)}-{page_size}.db"
+    db.unlink(missing_ok=True)
+    return db, _table(db, rows, page_size)
+
+
 def _is_text(kind: str, value: object) -> bool:
     return kind == "text" and len(str(value).encode()) <= TEXT_LIMIT
 
@@ -99,9 +107,7 @@ def _check_integers(got: np.ndarray, odd: int, stored: list[tuple[int, str, obje
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=rows_st, page_size=st.sampled_from([512, 1024, 4096, 65536]))
 def test_every_row_is_read_as_sqlite_stores_it(tmp_path: Path, rows: list, page_size: int) -> None:
-    db = tmp_path / f"t{os.getpid()}-{len(rows)}-{page_size}.db"
-    db.unlink(missing_ok=True)
-    root = _table(db, rows, page_size)
+    db, root = _example_table(tmp_path, "t", rows, page_size)
     codes = _pages.Codes(int.from_bytes(os.urandom(8), "little"))
     # a as text codes, b as integers; a second text column sharing the codes.
     got = _pages.PageFile(db).records(root, [(_pages.ROWID, None), (2, codes), (3, None)])
@@ -134,9 +140,7 @@ def _texts_of(got: _pages.Records, i: int) -> list[bytes | None]:
 @given(rows=texts_rows, page_size=st.sampled_from([512, 4096, 65536]))
 def test_texts_come_out_end_to_end_and_hashes_as_digests_as_sqlite_stores_them(
         tmp_path: Path, rows: list, page_size: int) -> None:
-    db = tmp_path / f"h{os.getpid()}-{len(rows)}-{page_size}.db"
-    db.unlink(missing_ok=True)
-    root = _table(db, rows, page_size)
+    db, root = _example_table(tmp_path, "h", rows, page_size)
     got = _pages.PageFile(db).records(root, [(2, _pages.DIGEST), (3, _pages.TEXT)])
     assert got.status == "ok" and got.rows == len(rows)
     assert got.data[0].shape == (len(rows), 32)
@@ -163,9 +167,7 @@ event_rows = st.lists(st.tuples(st.integers(min_value=0, max_value=9000), event_
 @given(rows=event_rows, page_size=st.sampled_from([512, 4096, 65536]))
 def test_event_ids_come_out_as_their_48_bit_values_and_anything_else_is_odd(
         tmp_path: Path, rows: list, page_size: int) -> None:
-    db = tmp_path / f"e{os.getpid()}-{len(rows)}-{page_size}.db"
-    db.unlink(missing_ok=True)
-    root = _table(db, rows, page_size)
+    db, root = _example_table(tmp_path, "e", rows, page_size)
     got = _pages.PageFile(db).records(root, [(2, _pages.HEX)])
     assert got.status == "ok" and got.rows == len(rows)
     odd = 0

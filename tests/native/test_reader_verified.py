@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -192,17 +193,25 @@ def test_segments_appended_to_an_open_block_after_a_read_are_verified_when_first
     assert reader.remembered_segments == 2
 
 
+def _most_while_reading(reader: ArchiveReader, refs: list[Ref], bodies: list[bytes], seed: int,
+                        measure: Callable[[ArchiveReader], int]) -> int:
+    """Read every body twice in a shuffled order, each checked against what was written; the
+    largest ``measure`` of the reader after a read."""
+    order = list(range(len(refs))) * 2
+    random.Random(seed).shuffle(order)
+    most = 0
+    for i in order:
+        assert reader.read_verified(*refs[i], _digest(bodies[i])) == bodies[i]
+        most = max(most, measure(reader))
+    return most
+
+
 def test_the_remembered_table_stays_within_a_sixteenth_of_the_budget(tmp_path: Path) -> None:
     path = tmp_path / "session.bodies"
     refs, bodies = _archive(path, 13, blocks=24, segments=20)
     budget = 256 << 10   # a table of at most 16 KiB: 256 slots, 192 segments remembered
     reader = ArchiveReader(path, budget)
-    order = list(range(len(refs))) * 2
-    random.Random(13).shuffle(order)
-    most = 0
-    for i in order:
-        assert reader.read_verified(*refs[i], _digest(bodies[i])) == bodies[i]
-        most = max(most, reader.remembered_segments)
+    most = _most_while_reading(reader, refs, bodies, 13, lambda r: r.remembered_segments)
     assert 0 < most <= 192 < 24 * 20
 
 
@@ -212,12 +221,7 @@ def test_the_reader_holds_its_budget_and_at_most_the_block_read_last(tmp_path: P
     largest = _block_bytes(refs)
     budget = largest // 2   # less than a block: one cursor, and the scratch must go between reads
     reader = ArchiveReader(path, budget)
-    order = list(range(len(refs))) * 2
-    random.Random(17).shuffle(order)
-    most = 0
-    for i in order:
-        assert reader.read_verified(*refs[i], _digest(bodies[i])) == bodies[i]
-        most = max(most, reader.held_bytes)
+    most = _most_while_reading(reader, refs, bodies, 17, lambda r: r.held_bytes)
     assert reader.verified_reads[0] > 0
     # The budget, plus one block's buffer (sized to it in 256 KiB steps) and its inflate state.
     assert most <= budget + largest + (256 << 10) + (48 << 10)
