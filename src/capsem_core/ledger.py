@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from capsem_core.paths import (
     ledger_paths,
     require_regular_file,
 )
+
+_T = TypeVar("_T")
 
 # read_body's cache of inflated blocks: a few dozen blocks of the usual 1-3 MiB.
 DEFAULT_BLOCK_CACHE_BYTES = 32 << 20
@@ -232,13 +234,18 @@ class Ledger:
                                                              pages=self._pages)
             return idx, _bulk.resolve(selection, idx, self._conn, self.db_path)
 
-    def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int,
-                  scratch: _bulk.Scratch | None = None) -> BodyBatch:
+    def _on_archive(self, read: Callable[[_archive.ArchiveReader], _T]) -> _T:
+        """``read`` of the archive reader, under the lock, the ledger open and the reader
+        refreshed to the file's committed extent."""
         with self._lock:
             self._live()
             self._refresh_archive()
-            return _bulk.read_batch(self._archive, idx, positions, errors, threads, self.db_path,
-                                    self.bodies_path, self._conn, scratch)
+            return read(self._archive)
+
+    def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int,
+                  scratch: _bulk.Scratch | None = None) -> BodyBatch:
+        return self._on_archive(lambda archive: _bulk.read_batch(
+            archive, idx, positions, errors, threads, self.db_path, self.bodies_path, self._conn, scratch))
 
     def read_bodies(self, selection: _bulk.Selection = None, *, errors: _bulk.Errors = "raise",
                     max_bytes: int | None = None, threads: int = 0, index: BodyIndex | None = None) -> BodyBatch:
@@ -306,11 +313,8 @@ class Ledger:
         idx, positions = self._plan(source_table, None, threads)
         scratch = _bulk.Scratch()
         for start, end in _bulk.plan_batches(idx, positions, _BODIES_BATCH_BYTES):
-            with self._lock:
-                self._live()
-                self._refresh_archive()
-                rows, datas, findings = _bulk.read_each(self._archive, idx, positions[start:end], threads,
-                                                        self.db_path, self._conn, scratch)
+            rows, datas, findings = self._on_archive(lambda archive: _bulk.read_each(
+                archive, idx, positions[start:end], threads, self.db_path, self._conn, scratch))
             failed = {(f.block_offset, f.body_offset, f.row_id): f for f in findings}
             for i, data in enumerate(datas):
                 if data is None:

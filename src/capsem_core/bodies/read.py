@@ -171,6 +171,19 @@ class Scratch:
         self.kernel = _archive.KernelBuffers()
 
 
+def _for_kernel(rows: BodyIndex) -> tuple[Positions, dict[str, Any] | None, list[verify.BodyFault]]:
+    """The rows the kernel reads (those naming a body in a block's bounds), their kernel
+    arrays (None when there are none), and the findings of the others."""
+    named = np.flatnonzero(rows.row_ok)
+    findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~rows.row_ok)]
+    if not named.shape[0]:
+        return named, None, findings
+    kernel_rows = rows.kernel_rows()
+    if named.shape[0] != len(rows):
+        kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
+    return named, kernel_rows, findings
+
+
 def read_each(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, threads: int, db_path: Path,
               conn: sqlite3.Connection, scratch: Scratch) -> tuple[BodyIndex, list[bytes | None], list[verify.BodyFault]]:
     """The bodies at ``positions`` (sorted) as one bytes object each, which the kernel writes
@@ -178,12 +191,8 @@ def read_each(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positio
     a body that did not verify, with its finding (archive order). ``reader`` is busy meanwhile."""
     rows = idx.take(positions)
     datas: list[bytes | None] = [None] * len(rows)
-    named = np.flatnonzero(rows.row_ok)
-    findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~rows.row_ok)]
-    if named.shape[0]:
-        kernel_rows = rows.kernel_rows()
-        if named.shape[0] != len(rows):
-            kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
+    named, kernel_rows, findings = _for_kernel(rows)
+    if kernel_rows is not None:
         outcome, got = _archive.verify_bodies_into_bytes(reader, idx.blocks, kernel_rows, cores.threads(threads),
                                                          buffers=scratch.kernel)
         if named.shape[0] == len(rows):
@@ -212,13 +221,9 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
         np.cumsum(lens[:-1], out=offsets[1:])
     buffer = new_buffer(int(lens.sum()))
     kernel_buffers = scratch.kernel if scratch is not None else None
-    named = np.flatnonzero(rows.row_ok)
+    named, kernel_rows, findings = _for_kernel(rows)
     failed = np.flatnonzero(~rows.row_ok)
-    findings = [_index_fault(rows, int(i)) for i in failed]
-    if named.shape[0]:
-        kernel_rows = rows.kernel_rows()
-        if named.shape[0] != len(rows):
-            kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
+    if kernel_rows is not None:
         outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, cores.threads(threads), None, True,
                                               out=buffer, out_offset=offsets[named], buffers=kernel_buffers)
         bad = np.flatnonzero(outcome.status)
