@@ -394,26 +394,36 @@ def test_a_read_queued_after_the_walk_runs_once_the_page_map_has_walked_the_file
     from capsem_core.check.report import CheckResult
 
     db = _fresh(tmp_path / "after-walk", sample.data)
-    walked, read = threading.Event(), threading.Event()
-    real_walk = pages.PageCheck._run_walk
+    queued, read, walked = threading.Event(), threading.Event(), threading.Event()
+    real_walk, real_table = pages.PageCheck._run_walk, pages.quick_check_lines
 
-    def slow_walk(self: pages.PageCheck) -> None:
-        # Held until the read queued without after_walk has run on the other worker (however
-        # long that worker's table takes on a loaded machine; a fixed pause raced it).
-        read.wait(30)
+    def held_table(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
+        # No worker runs out of table jobs, and returns, before both reads are queued: on a
+        # loaded machine the main thread may get there only after the tables are done.
+        queued.wait()
+        return real_table(conn, table)
+
+    def held_walk(self: pages.PageCheck) -> None:
+        # The walk waits for the read queued without after_walk, which a worker must take at
+        # once. The bound only turns a lost read into a failure instead of a hang.
+        assert read.wait(120), "the read queued without after_walk never ran beside the walk"
         real_walk(self)
         walked.set()
 
-    monkeypatch.setattr(pages.PageCheck, "_run_walk", slow_walk)
+    monkeypatch.setattr(pages, "quick_check_lines", held_table)
+    monkeypatch.setattr(pages.PageCheck, "_run_walk", held_walk)
     plan = _db.read_plan(db)
     conn = opening.open_read_only(db, plan)
     try:
         conn.execute("BEGIN")
         check = pages.PageCheck.start(db, plan, conn, CheckResult("pages", "Pages"), threads=2)
         try:
-            [after] = check.run_beside([lambda c: (walked.is_set(), threading.current_thread().name)],
-                                       after_walk=True)
-            [now] = check.run_beside([lambda c: (walked.is_set(), read.set())[0]])
+            try:
+                [after] = check.run_beside([lambda c: (walked.is_set(), threading.current_thread().name)],
+                                           after_walk=True)
+                [now] = check.run_beside([lambda c: (walked.is_set(), read.set())[0]])
+            finally:
+                queued.set()
             check.wait()
             assert now.result(check, conn) is False        # taken at once, while the map walked
             assert after.result(check, conn)[0] is True    # taken only after the walk
