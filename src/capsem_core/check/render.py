@@ -143,7 +143,9 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
         out.append(s("green", "  Index and archive agree"))
     if verify.status != SKIPPED:
         verified = verify.counts.get("verified", 0)
-        line = f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
+        # A partial verify says what it proved and read, not matched/all (which reads as damage).
+        partial = coverage.describe(verified) if coverage is not None else None
+        line = f"  {partial}" if partial else f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
         out.append(s("green" if not verify.findings_total else "red", line))
         if coverage is not None:
             _render_coverage(out, s, coverage)
