@@ -19,6 +19,7 @@ from capsem_core import db
 from capsem_core.format import SEGMENT_HEADER_BYTES
 from capsem_core.sample import write_sample_home, write_sample_ledger
 from oracles.archive_reader import parse_segment
+from tests.fleet.certs import Identity
 
 # Keys of a fleet ledger entry that say where and how long, not what was found.
 RUN_KEYS = ("seconds", "worker", "tasks", "attempts", "retried")
@@ -130,18 +131,25 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def dask_cluster(workdir: Path, workers: int = 2) -> Iterator[Cluster]:
+def dask_cluster(workdir: Path, workers: int = 2, *, tls: Identity | None = None) -> Iterator[Cluster]:
     """A real ``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes
-    (no nanny: a killed worker stays dead) on 127.0.0.1, on free ports; always torn down."""
+    (no nanny: a killed worker stays dead) on 127.0.0.1, on free ports; always torn down.
+    With ``tls``, a tls:// cluster: the scheduler and every worker present that certificate
+    and take only peers its CA signed."""
     from distributed import Client
+    from distributed.security import Security
 
     env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
-    address = f"tcp://127.0.0.1:{free_port()}"
+    address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{free_port()}"
+    tls_flags = tls.flags() if tls else []
+    security = Security(tls_ca_file=tls.ca_file, tls_client_cert=tls.cert, tls_client_key=tls.key,
+                        require_encryption=True) if tls else None
     log = open(workdir / "dask.log", "wb")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                      "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+                                      "--port", address.rsplit(":", 1)[1], "--no-dashboard",
+                                      *(["--protocol", "tls"] if tls else []), *tls_flags],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
         procs.append(scheduler)
         named: dict[str, subprocess.Popen[bytes]] = {}
@@ -149,10 +157,11 @@ def dask_cluster(workdir: Path, workers: int = 2) -> Iterator[Cluster]:
             name = f"w{i}"
             named[name] = subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", name, "--nthreads", "1",
-                 "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(workdir)],
+                 "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(workdir),
+                 *tls_flags],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
             procs.append(named[name])
-        with Client(address, timeout="60s") as client:
+        with Client(address, timeout="60s", security=security) as client:
             client.wait_for_workers(workers, timeout=120)
         yield Cluster(address, scheduler, named)
     finally:

@@ -64,7 +64,7 @@ def test_a_session_db_or_a_ledger_directory_given_directly_is_one_ledger(tmp_pat
     assert [x.directory for x in discover_tree(tmp_path / "one" / "session.db").ledgers] == [tmp_path / "one"]
     assert [x.directory for x in discover_tree(tmp_path / "one").ledgers] == [tmp_path / "one"]
     missing = discover_tree(tmp_path / "nowhere")
-    assert missing.ledgers == [] and "not searched" in missing.notes[0]
+    assert missing.ledgers == [] and [(u.status, u.given) for u in missing.unchecked] == [("missing", True)]
 
 
 def test_a_session_directory_that_is_a_link_is_listed_so_its_check_refuses_it(home: Path, tmp_path: Path) -> None:

@@ -4,12 +4,18 @@
 ``capsem_core.fleet.check_all`` with check's own options (``--verify-bodies``, ``-n``, and
 ``--incremental`` and the other verify options once ``check`` takes them), a process per
 ledger on this machine (``--jobs``, default one per core) or on a Dask cluster
-(``--scheduler tcp://host:port``, or ``local`` for a cluster of ``--jobs`` workers here).
-Text: one summary table (session, path, verdict, counts, time), the totals, and each
-damaged or unreadable ledger named with its first problem; every ledger string escaped.
-``--json``: one object with a ``ledgers`` list. Progress on a terminal: ledgers done / total
-and bytes/s. Exit 1 when any ledger is damaged or unreadable (with ``--strict``, warnings
-too).
+(``--scheduler tcp://host:port``; ``tls://host:port`` with ``--tls-ca-file``, ``--tls-cert``
+and ``--tls-key`` or Dask's TLS configuration; or ``local`` for a cluster of ``--jobs``
+workers here).
+Text: one summary table (session, path, verdict, counts, time), the totals, every directory
+found or given that was not checked and why (unreadable, with the OS's reason; a ``--path``
+missing or not searched; not a ledger), each damaged, unreadable or warned ledger with its
+findings one line each (``--details``: every finding of every ledger, with places and
+examples), and a last line that says "sound" only when every ledger found was read; every
+ledger string escaped. ``--json``: one object with ``ledgers`` and ``unchecked`` lists.
+Progress on a terminal: ledgers done / total and bytes/s. Exit 1 when any ledger is damaged
+or unreadable, a directory could not be read or a ``--path`` was not searched (with
+``--strict``, warnings too).
 """
 
 from __future__ import annotations
@@ -22,20 +28,30 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, TextIO
 
-from capsem_core.check.report import FAIL
+from capsem_core.check.report import ERROR, NOTE, OK, SKIPPED, WARN, WARNING, CheckResult, Finding
 from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.home import home_layout
 from capsem_core.fleet import FleetReport, LedgerResult, UnsupportedOption, check_all, discover, fleet_to_json
+from capsem_core.fleet.discover import Unchecked
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from capsem_core.fleet.cluster import ClientTls
+
 # check's own options that a fleet run passes through to every ledger's check when they are
 # there (check defines them; this module only reads them).
 PASSED_THROUGH = ("incremental", "subset", "max_age")
+# A tls:// scheduler's client settings (capsem_core.fleet.cluster.client_tls reads them).
+TLS_OPTIONS = (("--tls-ca-file", "tls_ca_file", "the CA that signed the scheduler's and this client's certificates"),
+               ("--tls-cert", "tls_cert", "this client's certificate (PEM; with its key, unless --tls-key)"),
+               ("--tls-key", "tls_key", "the private key of --tls-cert (PEM, unencrypted)"))
+# Findings shown per damaged or warned ledger without --details (the rest are counted).
+FINDINGS_SHOWN = 5
+_SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "dim"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --all: ledgers checked at once, a process each (default: one per core); with "
                              "--scheduler local, the cluster's workers")
     parser.add_argument("--scheduler", metavar="ADDRESS",
-                        help="with --all: run on the Dask cluster at ADDRESS (tcp://host:port; every worker "
-                             "reads the ledgers by the same path), or 'local' for a local cluster (needs "
-                             "pip install 'capsem-core[fleet]')")
+                        help="with --all: run on the Dask cluster at ADDRESS (tls://host:port, or "
+                             "tcp://host:port: anyone who can reach that scheduler can run code on its workers; "
+                             "every worker reads the ledgers by the same path), or 'local' for a local cluster "
+                             "(needs pip install 'capsem-core[fleet]')")
+    for flag, dest, what in TLS_OPTIONS:
+        parser.add_argument(flag, dest=dest, metavar="FILE",
+                            help=f"with --scheduler tls://...: {what} (Dask's own flag; default: Dask's "
+                                 "distributed.comm.tls configuration)")
+    parser.add_argument("--details", action="store_true",
+                        help="with --all: list every finding of every ledger (with its place and examples), not "
+                             "only the first few of each damaged or warned ledger")
     if "--incremental" not in parser._option_string_actions:
         # check itself takes --incremental once it verifies incrementally; until then a fleet
         # run accepts it and passes it through, and check_ledger says whether it can.
@@ -61,11 +85,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def refuse_fleet_options(args: argparse.Namespace) -> None:
-    """--path, --jobs and --scheduler mean something only with --all."""
+    """--path, --jobs, --scheduler and --details mean something only with --all."""
     for flag, given in (("--path", bool(args.path)), ("--jobs", args.jobs is not None),
-                        ("--scheduler", args.scheduler is not None)):
+                        ("--scheduler", args.scheduler is not None), ("--details", args.details)):
         if given:
             raise UsageError(f"{flag} is an option of check --all")
+    for flag in _tls_given(args):
+        raise UsageError(f"{flag} is an option of check --all")
+
+
+def _tls_given(args: argparse.Namespace) -> list[str]:
+    return [flag for flag, dest, _ in TLS_OPTIONS if getattr(args, dest, None) is not None]
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
@@ -83,20 +113,30 @@ def run(args: argparse.Namespace, **check_kwargs: Any) -> int:
         raise UsageError("--jobs must be at least 1")
     extra = dict(check_kwargs) or {name: getattr(args, name) for name in PASSED_THROUGH
                                    if getattr(args, name, None) is not None}
-    if args.scheduler is not None and args.scheduler != "local" and "://" not in args.scheduler:
-        raise UsageError(f"--scheduler takes tcp://host:port or 'local', not {args.scheduler!r}")
+    tls: ClientTls | None = None
     if args.scheduler is not None:
-        from capsem_core.fleet.cluster import DaskMissing, require_dask
+        from capsem_core.fleet.cluster import DaskMissing, check_address, client_tls, require_dask
 
+        try:
+            check_address(args.scheduler)
+        except ValueError:
+            raise UsageError(f"--scheduler takes tcp://host:port or 'local' (tls://host:port for TLS), "
+                             f"not {args.scheduler!r}") from None
+    tls_flags = _tls_given(args)
+    if tls_flags and not (args.scheduler or "").startswith("tls://"):
+        raise UsageError(f"{tls_flags[0]} is for a TLS scheduler: --scheduler tls://host:port")
+    if args.scheduler is not None:
         try:
             require_dask()
         except DaskMissing as exc:
             print(f"capsem-ledger check: {exc}", file=sys.stderr)
             return 2
+        # Before the search: a TLS setting that is missing or unusable is one line (exit 1).
+        tls = client_tls(args.scheduler, ca_file=args.tls_ca_file, cert=args.tls_cert, key=args.tls_key)
     # The checks only read, so SIGTERM may end them at once: the runner kills its processes.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        report = _run(args, extra)
+        report = _run(args, extra, tls)
     except UnsupportedOption as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -104,13 +144,15 @@ def run(args: argparse.Namespace, **check_kwargs: Any) -> int:
     if args.json:
         sys.stdout.write(fleet_to_json(report, strict=args.strict))
     else:
-        sys.stdout.write(render_fleet(report, colour=colour_wanted(sys.stdout)))
+        sys.stdout.write(render_fleet(report, colour=colour_wanted(sys.stdout), details=args.details))
     return report.exit_code(args.strict)
 
 
-def _run(args: argparse.Namespace, extra: dict[str, Any]) -> FleetReport:
+def _run(args: argparse.Namespace, extra: dict[str, Any], tls: ClientTls | None) -> FleetReport:
     found = discover(args.path, home=True)
     if not found.ledgers:
+        if found.unchecked:  # nothing to check, but what was found or given is reported (exit 1)
+            return FleetReport([], list(found.notes), unchecked=list(found.unchecked))
         layout = home_layout()
         where = [str(layout.sessions_root), str(layout.persistent_root)] + [str(p) for p in args.path]
         raise LedgerError(f"no ledgers found in {', '.join(where)}")
@@ -120,11 +162,12 @@ def _run(args: argparse.Namespace, extra: dict[str, Any]) -> FleetReport:
         from capsem_core.fleet.cluster import connect
         from capsem_core.fleet.local import default_jobs
 
-        client_context = connect(args.scheduler, workers=args.jobs or default_jobs())
+        client_context = connect(args.scheduler, workers=args.jobs or default_jobs(), tls=tls)
     with client_context as client, (bar.shown() if bar is not None else nullcontext()):
         report = check_all(found.ledgers, verify_bodies=args.verify_bodies, rows=args.rows, jobs=args.jobs,
                            client=client, progress=bar, **extra)
     report.notes[:0] = found.notes
+    report.unchecked[:0] = found.unchecked
     return report
 
 
@@ -171,24 +214,90 @@ def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def _first_problem(result: LedgerResult) -> str:
-    if result.report is None:
-        return result.error or "could not be checked"
-    for check in result.report.checks.values():
-        if check.status == FAIL and check.findings:
-            return f"{check.title}: {check.findings[0].message}"
-    return "damaged"
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
 
 
-def render_fleet(report: FleetReport, *, colour: bool = False) -> str:
-    """The text summary of a fleet run (every ledger string escaped for the terminal)."""
+def _verified(result: LedgerResult, value: int | None) -> str:
+    # A partial verify in its own words ("325 bodies proven unchanged, 0 read back"): its
+    # bodies read back alone would read as a verify that found nothing right.
+    return result.verified_words() or _count(value)
+
+
+def _finding_lines(s: Style, check: CheckResult, finding: Finding, details: bool) -> list[str]:
+    style = _SEVERITY_STYLE.get(finding.severity, "dim")
+    code = finding.code if finding.code == check.name else f"{finding.code} ({check.name})"
+    out = [s(style, f"    {sanitize(finding.severity)} {sanitize(code)}: {sanitize(finding.message)}")]
+    if details:
+        if finding.location:
+            out.append(s("dim", "      at " + " ".join(f"{sanitize(k)}={sanitize(v)}"
+                                                     for k, v in finding.location.items())))
+        for example in finding.examples:
+            out.append(s("dim", "      e.g. " + " ".join(f"{sanitize(k)}={sanitize(v)}" for k, v in example.items())))
+    return out
+
+
+def _ledger_findings(s: Style, result: LedgerResult, details: bool) -> list[str]:
+    """A ledger's findings, one line each: its errors and warnings (the first FINDINGS_SHOWN
+    of them), or with ``details`` every finding the report kept, with places and examples."""
+    report = result.report
+    if report is None:
+        return [s("red", f"    {sanitize(result.error or 'could not be checked')}")]
+    out: list[str] = []
+    shown = total = 0
+    for check in report.checks.values():
+        if check.status == SKIPPED:
+            continue
+        wanted = [f for f in check.findings if details or f.severity != NOTE]
+        total += len(wanted) + (check.findings_total - len(check.findings))
+        for finding in wanted:
+            if details or shown < FINDINGS_SHOWN:
+                out += _finding_lines(s, check, finding, details)
+                shown += 1
+    if total > shown:
+        more = "" if details else " (--details lists every finding)"
+        out.append(s("dim", f"    ... {_plural(total - shown, 'more finding', 'more findings')}{more}"))
+    return out
+
+
+def _unchecked_line(u: Unchecked) -> str:
+    where = f"--path {sanitize(u.path)}" if u.given else sanitize(u.path)
+    return f"  {where}: {sanitize(u.reason)}"
+
+
+def _verdict(s: Style, report: FleetReport) -> str:
+    """The last line: "sound" only when every ledger found was read and none is damaged."""
+    t = report.totals()
+    if report.sound:
+        warned = f" ({t['warn']:,} with warnings)" if t["warn"] else ""
+        return s("green", f"Every ledger is sound{warned}.")
+    parts = [] if report.results else ["no ledger was checked"]
+    if t["damaged"]:
+        parts.append(f"{t['damaged']:,} damaged")
+    if t["unreadable"]:
+        parts.append(_plural(int(t["unreadable"]), "ledger unreadable", "ledgers unreadable"))
+    unread = [u for u in report.not_looked_at if not u.given]
+    if unread:
+        parts.append(_plural(len(unread), "directory could not be read", "directories could not be read"))
+    parts += [f"--path {sanitize(u.path)} {sanitize(u.reason)}" for u in report.not_looked_at if u.given]
+    read = int(t["ok"]) + int(t["warn"])
+    head = "Not sound" if report.failed else "Not known to be sound"
+    tail = f" ({read:,} of {_plural(len(report), 'ledger', 'ledgers')} checked sound)" if report.results else ""
+    return s("red", f"{head}: {'; '.join(parts)}{tail}.")
+
+
+def render_fleet(report: FleetReport, *, colour: bool = False, details: bool = False) -> str:
+    """The text summary of a fleet run (every ledger string escaped for the terminal): a row
+    per ledger, the totals, every directory not checked and why, each damaged, unreadable or
+    warned ledger with its findings (all of every ledger's with ``details``), and a last
+    line that says "sound" only when every ledger found was read."""
     s = Style(colour)
     out = ["", s("bold", f"Ledgers checked: {len(report)}")]
     rows: list[list[object]] = []
     for r in report:
         c = r.counts()
         rows.append([r.ledger.label, r.ledger.directory, r.verdict, _count(c["bodies"]), _count(c["blocks"]),
-                     _count(c["verified"]), _count(c["findings"]), _seconds(r.seconds)])
+                     _verified(r, c["verified"]), _count(c["findings"]), _seconds(r.seconds)])
     render_table(out, s, ["session", "path", "verdict", "bodies", "blocks", "verified", "findings", "time"], rows)
     t = report.totals()
     mb = int(t["bytes"]) / 1e6
@@ -198,6 +307,15 @@ def render_fleet(report: FleetReport, *, colour: bool = False) -> str:
     out.append(f"Totals: {t['ledgers']} ledgers: {t['ok']} ok, {t['warn']} warn, {t['damaged']} damaged, "
                f"{t['unreadable']} unreadable; {mb:,.1f} MB in {report.seconds:.2f} s ({rate:,.1f} MB/s) on "
                f"{sanitize(where)}")
+    if report.unchecked:
+        out.append(f"Not checked: {t['directories_unreadable']} unreadable, {t['paths_not_searched']} --path not "
+                   f"searched, {t['not_ledgers']} not a ledger")
+    unread = report.not_looked_at
+    if unread:
+        out += ["", s("red", f"Not read ({len(unread)}):")] + [s("red", _unchecked_line(u)) for u in unread]
+    others = [u for u in report.unchecked if not u.fails]
+    if others:
+        out += ["", s("dim", f"Not a ledger ({len(others)}):")] + [s("dim", _unchecked_line(u)) for u in others]
     retried = [r for r in report if r.retried]
     if retried:
         out += ["", s("yellow", "Retried:")]
@@ -205,14 +323,15 @@ def render_fleet(report: FleetReport, *, colour: bool = False) -> str:
             out += [f"  {sanitize(r.ledger.label)}: {sanitize(why)}" for why in r.retried]
     if report.notes:
         out += ["", s("dim", "Not searched:")] + [f"  {sanitize(n)}" for n in report.notes]
-    failed = report.failed
-    if failed:
-        out += ["", s("red", f"Damaged or unreadable ({len(failed)}):")]
-        for r in failed:
-            out.append(s("red", f"  {sanitize(r.verdict)}  {sanitize(r.ledger.label)}  {sanitize(r.ledger.directory)}: "
-                                f"{sanitize(_first_problem(r))}"))
-    else:
-        out += ["", s("green", "Every ledger is sound.")]
+    for title, style, group in (("Damaged or unreadable", "red", report.failed),
+                                ("Sound, with warnings", "yellow", [r for r in report if r.verdict == WARN]),
+                                ("Sound", "green", [r for r in report if details and r.verdict == OK and r.findings()])):
+        if group:
+            out += ["", s(style, f"{title} ({len(group)}):")]
+            for r in group:
+                out.append(s(style, f"  {sanitize(r.verdict)}  {sanitize(r.ledger.label)}  {sanitize(r.ledger.directory)}"))
+                out += _ledger_findings(s, r, details)
+    out += ["", _verdict(s, report)]
     return "\n".join(out) + "\n"
 
 

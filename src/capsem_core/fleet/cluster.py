@@ -14,6 +14,13 @@ check having killed every worker that took it), and a task that raised is retrie
 which logs each worker it loses with the tasks it held: from those events the report says,
 per ledger, how many times its tasks started and why they ran again.
 
+A ``tcp://`` scheduler takes work from anyone who can reach it, and its workers run that
+work with their own privileges; a ``tls://`` one takes it only from a client whose
+certificate its CA signed. ``client_tls`` resolves this client's TLS settings (arguments
+first, then Dask's ``distributed.comm.tls.*`` configuration) and loads them before anything
+connects, and ``connect`` turns a refused or failed connection into one ``SchedulerError``
+line naming the address or the setting.
+
 Dask is an optional extra (``pip install 'capsem-core[fleet]'``); this module imports it only
 when a run asks for a cluster.
 """
@@ -22,11 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import ssl
+import stat
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from capsem_core import cores
 from capsem_core.fleet.discover import FleetLedger
@@ -38,12 +50,21 @@ from capsem_core.fleet.task import (
 
 if TYPE_CHECKING:
     from distributed import Client, Future
+    from distributed.security import Security
 
 INSTALL_HINT = "--scheduler needs Dask, which is not installed: pip install 'capsem-core[fleet]'"
 START_TOPIC = "capsem-fleet-start"
 # Tasks whose ledger is gone or unreadable answer with an error, not an exception, so a
 # retry is only for a task that raised (a worker's own trouble): two more tries.
 DEFAULT_RETRIES = 2
+SCHEMES = ("tcp", "tls")
+# This client's TLS settings: the flag of check --all, the Security field it sets, and the
+# Dask configuration key it overrides (Dask's own names: dask scheduler / worker take the
+# same flags). The key may be left out when the certificate's file holds it.
+TLS_SETTINGS = (("--tls-ca-file", "tls_ca_file", "distributed.comm.tls.ca-file"),
+                ("--tls-cert", "tls_client_cert", "distributed.comm.tls.client.cert"),
+                ("--tls-key", "tls_client_key", "distributed.comm.tls.client.key"))
+CONNECT_TIMEOUT = "30s"
 
 
 class DaskMissing(ImportError):
@@ -58,11 +79,127 @@ def require_dask() -> None:
         raise DaskMissing(INSTALL_HINT) from None
 
 
+class SchedulerError(OSError):
+    """The scheduler cannot be used from here: not reached, this client's TLS settings
+    missing or unusable, or the TLS handshake refused. Its message is one line naming the
+    address or the setting (an OSError: the command line prints it and exits 1)."""
+
+
+def check_address(address: str) -> None:
+    """Raise ValueError unless ``address`` is ``local``, ``tcp://host:port`` or ``tls://host:port``."""
+    if address == "local":
+        return
+    try:
+        parts = urlsplit(address)
+        good = (parts.scheme in SCHEMES and bool(parts.hostname) and bool(parts.port) and not parts.username
+                and not (parts.path or parts.query or parts.fragment))
+    except ValueError:  # a port that is no number, or out of range; a bad [IPv6] host
+        good = False
+    if not good:
+        raise ValueError(f"a scheduler is tcp://host:port, tls://host:port or 'local', not {address!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """This client's TLS settings for a ``tls://`` scheduler: Dask's ``Security`` and, per
+    field, where it came from ("--tls-cert PATH" or "distributed.comm.tls.client.cert PATH")."""
+
+    security: Security
+    named: dict[str, str]
+
+    def name(self, field_name: str) -> str:
+        return self.named.get(field_name, field_name)
+
+
+def client_tls(address: str, *, ca_file: str | None = None, cert: str | None = None,
+               key: str | None = None) -> ClientTls | None:
+    """This client's TLS settings for the scheduler at ``address``: None for ``tcp://`` or
+    ``local`` (ValueError if any is given); for ``tls://`` each from its argument or else
+    from Dask's configuration (``TLS_SETTINGS``; e.g. ``DASK_DISTRIBUTED__COMM__TLS__CA_FILE``),
+    every file read and the certificate and key loaded here, so that a missing, unreadable or
+    mismatched setting is a SchedulerError naming it before anything connects."""
+    given = {"tls_ca_file": ca_file, "tls_client_cert": cert, "tls_client_key": key}
+    if not address.startswith("tls://"):
+        if any(v is not None for v in given.values()):
+            raise ValueError(f"TLS settings are for a tls:// scheduler, not {address!r}")
+        return None
+    require_dask()
+    from distributed.security import Security
+
+    try:
+        security = Security(require_encryption=True,  # type: ignore[no-untyped-call]
+                            **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:  # e.g. a TLS version in Dask's configuration it does not know
+        raise SchedulerError(f"Dask's TLS configuration: {exc}") from None
+    named = {}
+    for flag, name, config in TLS_SETTINGS:
+        value = getattr(security, name)
+        if value is not None:
+            shown = "(PEM text)" if "\n" in value else value
+            named[name] = f"{flag if given[name] is not None else config} {shown}"
+    missing = [f"{flag} (or Dask's {config})" for flag, name, config in TLS_SETTINGS[:2] if name not in named]
+    if missing:
+        raise SchedulerError(f"{address} is a TLS scheduler: this client needs {' and '.join(missing)}")
+    tls = ClientTls(security, named)
+    _load(tls)
+    try:  # Dask's own context, as the connection will build it
+        tls.security.get_connection_args("client")  # type: ignore[no-untyped-call]
+    except (OSError, ValueError) as exc:
+        raise SchedulerError(f"{address}: the TLS settings cannot be used: {exc}") from None
+    return tls
+
+
+def _load(tls: ClientTls) -> None:
+    """Read each TLS file and load the CA, the certificate and its key, so a bad one is
+    named: unreadable, not a regular file (a FIFO would block), no PEM certificate in it, a
+    key that is not the certificate's, or one encrypted with a passphrase (Dask would ask
+    for it on the terminal)."""
+    sec = tls.security
+    ca, cert, key = (getattr(sec, name) for _, name, _ in TLS_SETTINGS)
+    if any("\n" in v for v in (ca, cert, key) if v is not None):
+        return  # PEM text given in Dask's configuration: Dask's own load says what is wrong
+    for name in tls.named:
+        path = getattr(sec, name)
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+            if regular:
+                with open(path, "rb") as f:
+                    f.read(1)
+        except OSError as exc:
+            raise SchedulerError(f"{tls.name(name)}: cannot be read: {exc.strerror or exc}") from None
+        if not regular:
+            raise SchedulerError(f"{tls.name(name)}: not a regular file")
+    for name, path in (("tls_ca_file", ca), ("tls_client_cert", cert)):
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+        except ssl.SSLError as exc:
+            raise SchedulerError(f"{tls.name(name)}: holds no PEM certificate ({exc.reason or exc})") from None
+
+    def encrypted() -> bytes:
+        raise SchedulerError(f"{tls.name('tls_client_key' if key else 'tls_client_cert')}: the key is encrypted "
+                             "with a passphrase; Dask reads only an unencrypted key")
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=encrypted)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise SchedulerError(f"{tls.name('tls_client_key')} is not the key of {tls.name('tls_client_cert')}") \
+                from None
+        if key is None:
+            raise SchedulerError(f"{tls.name('tls_client_cert')}: holds no private key (give --tls-key)") from None
+        raise SchedulerError(f"{tls.name('tls_client_key')}: holds no PEM private key ({exc.reason or exc})") from None
+
+
 @contextlib.contextmanager
-def connect(address: str, *, workers: int) -> Iterator[Client]:
-    """A client of the scheduler at ``address`` (``tcp://host:port``), or of a LocalCluster
-    of ``workers`` single-threaded worker processes started here (``address == "local"``,
-    on 127.0.0.1, no dashboard), closed (and the cluster stopped) on exit."""
+def connect(address: str, *, workers: int, tls: ClientTls | None = None,
+            timeout: str = CONNECT_TIMEOUT) -> Iterator[Client]:
+    """A client of the scheduler at ``address`` (``tcp://host:port``, or ``tls://host:port``
+    with ``tls``, by default ``client_tls(address)``: Dask's configuration), or of a
+    LocalCluster of ``workers`` single-threaded worker processes started here
+    (``address == "local"``, on 127.0.0.1, no dashboard), closed (and the cluster stopped)
+    on exit. A scheduler not reached within ``timeout``, or a refused handshake, is a
+    SchedulerError."""
+    check_address(address)
     require_dask()
     from distributed import Client, LocalCluster
 
@@ -71,9 +208,61 @@ def connect(address: str, *, workers: int) -> Iterator[Client]:
                                host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
             yield client
-    else:
-        with Client(address, timeout="30s") as client:  # type: ignore[no-untyped-call]
-            yield client
+        return
+    if tls is None:
+        tls = client_tls(address)
+    try:
+        client = Client(address, timeout=timeout, security=tls.security if tls else None)  # type: ignore[no-untyped-call]
+    # RuntimeError: Dask's configuration requires encryption; ValueError: tornado's, for a
+    # connection closed before its TLS handshake (the address itself was checked above).
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise _refused(address, exc, tls, timeout) from exc
+    with client:
+        yield client
+
+
+_SSL_REASON = re.compile(r"\[SSL: ([A-Z0-9_]+)\]")
+_DASK_WHERE = re.compile(r"^in <[^>]*>: ")
+
+
+def _refused(address: str, exc: BaseException, tls: ClientTls | None, timeout: str) -> SchedulerError:
+    """Why the connection to ``address`` failed, in one line: the scheduler's certificate
+    not signed by our CA, ours refused by the scheduler, no TLS at the other end, or not
+    reached within ``timeout`` (Dask's own words, without its connection's repr)."""
+    from distributed.comm.core import CommClosedError
+
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    text = _DASK_WHERE.sub("", str(exc)) or type(exc).__name__
+    if tls is not None:
+        verify = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
+        if verify is not None:
+            return SchedulerError(f"{address}: the scheduler's certificate is not trusted by "
+                                  f"{tls.name('tls_ca_file')} ({verify.verify_message})")
+        reasons = [m.group(1) for e in chain for m in [_SSL_REASON.search(str(e))] if m]
+        reasons += [e.reason for e in chain if isinstance(e, ssl.SSLError) and e.reason]
+        alert = next((r for r in reasons if "ALERT" in r), None)
+        if alert is not None:
+            return SchedulerError(f"the scheduler at {address} refused this client's certificate "
+                                  f"{tls.name('tls_client_cert')} ({alert.lower()})")
+        if "WRONG_VERSION_NUMBER" in reasons or isinstance(exc, ValueError):
+            return SchedulerError(f"the scheduler at {address} does not speak TLS ({text}): a tcp:// scheduler?")
+    if isinstance(exc, CommClosedError):
+        if tls is not None:
+            # TLS 1.3: a scheduler that refuses the client's certificate may close the
+            # connection before its alert is read.
+            return SchedulerError(f"the scheduler at {address} closed the connection during the TLS handshake "
+                                  f"({text}); does its CA sign {tls.name('tls_client_cert')}?")
+        return SchedulerError(f"the scheduler at {address} closed the connection ({text}); a TLS scheduler? "
+                              "connect to it with tls://")
+    cause = next((e for e in chain[1:] if isinstance(e, OSError)), None)
+    if cause is not None:  # Dask's "Timed out trying to connect", the last failure its cause
+        return SchedulerError(f"cannot reach the scheduler at {address} within {timeout}: "
+                              f"{_DASK_WHERE.sub('', str(cause)) or type(cause).__name__}")
+    return SchedulerError(f"cannot connect to the scheduler at {address}: {text}")
 
 
 def slots_by_host(client: Client) -> dict[str, int]:
@@ -237,5 +426,6 @@ def _attempts(client: Client, state: Sequence[_Ledger], results: Sequence[Ledger
         result.retried = retried
 
 
-__all__ = ["DEFAULT_RETRIES", "INSTALL_HINT", "START_TOPIC", "DaskMissing", "connect", "require_dask",
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_RETRIES", "INSTALL_HINT", "SCHEMES", "START_TOPIC", "TLS_SETTINGS", "ClientTls",
+           "DaskMissing", "SchedulerError", "check_address", "client_tls", "connect", "require_dask",
            "run_on_cluster"]

@@ -8,10 +8,18 @@ so its sessions keep their ids and names. Symbolic links are never followed (so 
 cannot loop through one), a directory reached twice (a bind mount of itself) is read once,
 and the search stops at ``max_depth``; each of these is a note, never silent. A ledger seen
 through two ways in (the home and a tree holding it) is checked once.
+
+Every directory the search finds or is given and does not check is accounted for as an
+``Unchecked``: one it cannot look into or list ("unreadable", with the OS's reason: a
+permission error is never taken for "no ledger here"), a ``--path`` that does not exist
+("missing") or is not searched ("refused": a symbolic link, a file other than session.db),
+and a home's session directory, or a given tree, holding no ledger ("not a ledger"). All but
+"not a ledger" make a fleet run's exit status 1 (``FleetReport.sound``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -32,6 +40,8 @@ MAX_TREE_DEPTH = 16
 MAX_DIR_ENTRIES = 1_000_000
 
 Kind = Literal["ephemeral", "persistent", "directory"]
+UNREADABLE, MISSING, REFUSED, NOT_A_LEDGER = "unreadable", "missing", "refused", "not a ledger"
+Status = Literal["unreadable", "missing", "refused", "not a ledger"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +73,46 @@ class FleetLedger:
         return self.name or self.session_id or self.directory.name
 
 
+@dataclass(frozen=True, slots=True)
+class Unchecked:
+    """A directory found or given (``given``: a ``--path`` itself) that was not checked, and
+    why: ``status`` (see the module docstring), ``reason`` worded for a person, and for an
+    OS error its symbolic name (``errno``: "EACCES", ...)."""
+
+    path: Path
+    status: Status
+    reason: str
+    given: bool = False
+    errno: str | None = None
+
+    @property
+    def fails(self) -> bool:
+        """True when the run cannot say the fleet is sound because of it."""
+        return self.status != NOT_A_LEDGER
+
+    def to_json(self) -> dict[str, str | bool | None]:
+        return {"path": str(self.path), "status": self.status, "reason": self.reason, "given": self.given,
+                "errno": self.errno}
+
+
+def _unreadable(path: Path, exc: OSError, doing: str, given: bool = False) -> Unchecked:
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return Unchecked(path, UNREADABLE, f"{doing}: {exc.strerror or exc}", given, name)
+
+
 @dataclass(slots=True)
 class Discovery:
-    """The ledgers found (in path order) and what the search passed over, worded for a person."""
+    """The ledgers found (in path order), the directories found or given and not checked
+    (``unchecked``), and notes on what the search passed over, worded for a person."""
 
     ledgers: list[FleetLedger] = field(default_factory=list)
+    unchecked: list[Unchecked] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reached: int = 0                    # ledgers added, those already seen included
     _seen: set[tuple[int, int]] = field(default_factory=set)
 
     def add(self, ledger: FleetLedger) -> None:
+        self.reached += 1
         key = _identity(ledger.directory)
         if key is not None:
             if key in self._seen:
@@ -103,8 +144,26 @@ def _sized(directory: Path, kind: Kind, session_id: str | None, name: str | None
 
 
 def _holds_ledger(directory: Path) -> bool:
-    """Either half of the pair is there (a link too: the check then refuses it by name)."""
-    return any(os.path.lexists(directory / n) for n in (SESSION_DB, SESSION_BODIES))
+    """Either half of the pair is there (a link too: the check then refuses it by name).
+    Raises the OSError of a directory that cannot be looked into (no search permission):
+    not being able to look is not the same as finding nothing."""
+    for name in (SESSION_DB, SESSION_BODIES):
+        try:
+            os.lstat(directory / name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        return True
+    return False
+
+
+def _looked_into(directory: Path, found: Discovery) -> bool | None:
+    """``_holds_ledger``, or None (the directory recorded as unreadable) when it cannot be
+    looked into."""
+    try:
+        return _holds_ledger(directory)
+    except OSError as exc:
+        found.unchecked.append(_unreadable(directory, exc, "cannot be looked into"))
+        return None
 
 
 def _entries(directory: Path, found: Discovery) -> list[os.DirEntry[str]]:
@@ -119,16 +178,38 @@ def _entries(directory: Path, found: Discovery) -> list[os.DirEntry[str]]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        found.notes.append(f"{directory}: cannot be listed ({exc.strerror})")
+        found.unchecked.append(_unreadable(directory, exc, "cannot be listed"))
         return []
     return sorted(out, key=lambda e: e.name)
+
+
+def _home_entry(entry: os.DirEntry[str], found: Discovery) -> bool:
+    """True when a home's session entry is to be checked (a link is: its check refuses it by
+    name); else it is accounted for as unreadable or not a ledger."""
+    directory = Path(entry.path)
+    try:
+        if entry.is_symlink():
+            return True
+        is_dir = entry.is_dir(follow_symlinks=False)
+    except OSError as exc:
+        found.unchecked.append(_unreadable(directory, exc, "cannot be looked into"))
+        return False
+    if not is_dir:
+        found.unchecked.append(Unchecked(directory, NOT_A_LEDGER, "not a directory"))
+        return False
+    held = _looked_into(directory, found)
+    if held is False:
+        found.unchecked.append(Unchecked(directory, NOT_A_LEDGER, "holds neither session.db nor session.bodies "
+                                                                  "(a session being set up?)"))
+    return held is True
 
 
 def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Discovery | None = None) -> Discovery:
     """Every ledger directory of a home's run directory (``home=None``: the one
     ``CAPSEM_HOME`` / ``CAPSEM_RUN_DIR`` name). A session directory that is a symbolic link
     is listed (its check refuses it by name); one holding neither half of a ledger is not a
-    ledger (a session being set up) and is passed over."""
+    ledger (a session being set up) is accounted for as "not a ledger", and one that cannot be
+    looked into as "unreadable"."""
     found = Discovery() if found is None else found
     layout = home_layout(home)
     main_db = layout.main_db
@@ -136,12 +217,12 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
     by_id = vmnames.names_by_id(links)
     for entry in _entries(layout.sessions_root, found):
         directory = Path(entry.path)
-        if entry.is_symlink() or _holds_ledger(directory):
+        if _home_entry(entry, found):
             word = entry.name if is_session_word(entry.name) else None
             found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None))
     for entry in _entries(layout.persistent_root, found):
         directory = Path(entry.path)
-        if entry.is_symlink() or _holds_ledger(directory):
+        if _home_entry(entry, found):
             name = entry.name
             session_id = links.get(name)
             if session_id is None and is_session_word(name) and main_db.exists() and session_recorded(main_db, name):
@@ -158,25 +239,33 @@ def discover_tree(root: os.PathLike[str] | str, found: Discovery | None = None, 
                   max_depth: int = MAX_TREE_DEPTH) -> Discovery:
     """Every ledger under ``root`` (itself a ledger directory, a ``session.db``, a home, or a
     tree holding any of them), not following symbolic links, at most ``max_depth`` levels
-    down. A ledger directory is not searched further."""
+    down. A ledger directory is not searched further. A root that does not exist, cannot be
+    read or is not searched, and a tree holding no ledger, is an ``Unchecked`` of its own."""
     found = Discovery() if found is None else found
     root = Path(root)
     try:
         st = os.lstat(root)
+    except FileNotFoundError:
+        found.unchecked.append(Unchecked(root, MISSING, "does not exist", True, "ENOENT"))
+        return found
     except OSError as exc:
-        found.notes.append(f"{root}: {exc.strerror or exc}; not searched")
+        found.unchecked.append(_unreadable(root, exc, "cannot be looked at", given=True))
         return found
     if stat.S_ISLNK(st.st_mode):
-        found.notes.append(f"{root}: a symbolic link; not followed")
+        found.unchecked.append(Unchecked(root, REFUSED, "a symbolic link, not followed (give the directory it "
+                                                        "names)", True))
         return found
     if stat.S_ISREG(st.st_mode) and root.name == SESSION_DB:
         found.add(_sized(root.parent, "directory", None, None))
         return found
     if not stat.S_ISDIR(st.st_mode):
-        found.notes.append(f"{root}: neither a directory nor a session.db; not searched")
+        found.unchecked.append(Unchecked(root, REFUSED, "neither a directory nor a session.db", True))
         return found
     visited: set[tuple[int, int]] = set()
+    reached, unreadable = found.reached, len(found.unchecked)
     _walk(root, 0, max_depth, visited, found)
+    if found.reached == reached and not any(u.fails for u in found.unchecked[unreadable:]):
+        found.unchecked.append(Unchecked(root, NOT_A_LEDGER, "no ledger found under it", True))
     return found
 
 
@@ -187,7 +276,10 @@ def _walk(directory: Path, depth: int, max_depth: int, visited: set[tuple[int, i
             found.notes.append(f"{directory}: reached twice (a mount of a directory inside itself?); read once")
             return
         visited.add(key)
-    if _holds_ledger(directory):
+    held = _looked_into(directory, found)
+    if held is None:
+        return
+    if held:
         parent = directory.parent.name
         word = directory.name if is_session_word(directory.name) else None
         if parent == "sessions" and word is not None:
@@ -213,7 +305,8 @@ def _walk(directory: Path, depth: int, max_depth: int, visited: set[tuple[int, i
                 continue
             if not entry.is_dir(follow_symlinks=False):
                 continue
-        except OSError:
+        except OSError as exc:
+            found.unchecked.append(_unreadable(Path(entry.path), exc, "cannot be looked into"))
             continue
         if depth + 1 > max_depth:
             found.notes.append(f"{directory}: deeper than {max_depth} levels; not searched further")
@@ -235,4 +328,5 @@ def discover(paths: Iterable[os.PathLike[str] | str] = (), *,
     return found
 
 
-__all__ = ["MAX_TREE_DEPTH", "Discovery", "FleetLedger", "Kind", "discover", "discover_home", "discover_tree"]
+__all__ = ["MAX_TREE_DEPTH", "MISSING", "NOT_A_LEDGER", "REFUSED", "UNREADABLE", "Discovery", "FleetLedger", "Kind",
+           "Status", "Unchecked", "discover", "discover_home", "discover_tree"]

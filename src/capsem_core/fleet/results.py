@@ -3,10 +3,12 @@
 A ledger's result holds the ``CheckReport`` its check gave (the very report ``check`` prints)
 or, when it could not be checked at all, the one-line reason; how long it took, where it ran,
 and how many times it was started (a task whose worker died is run again, and says why). The
-verdict of a ledger is its report's ("ok", "warn", "damaged") or "unreadable"; the run's exit
-code is 1 when any ledger is damaged or unreadable. ``FleetReport.to_json`` is ``check --all
---json``: a ``ledgers`` list whose entries carry ``path``, ``ok`` and the same fields as
-``check --json``.
+verdict of a ledger is its report's ("ok", "warn", "damaged") or "unreadable". The report also
+holds every directory found or given that was not checked (``discover.Unchecked``). The run is
+``sound`` only when at least one ledger was checked, none is damaged or unreadable, and every
+directory was read and every ``--path`` searched; its exit code is 1 otherwise.
+``FleetReport.to_json`` is ``check --all --json``: a ``ledgers`` list whose entries carry
+``path``, ``ok`` and the same fields as ``check --json``, and an ``unchecked`` list.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsem_core.check.report import FAIL, OK, WARN, CheckReport, Value, json_default
-from capsem_core.fleet.discover import FleetLedger
+from capsem_core.fleet.discover import MISSING, NOT_A_LEDGER, REFUSED, UNREADABLE, FleetLedger, Unchecked
 
 JSON_FORMAT = "capsem-ledger-check-all"
 JSON_VERSION = 1
-UNREADABLE, DAMAGED = "unreadable", "damaged"
+DAMAGED = "damaged"
 
 
 @dataclass(slots=True)
@@ -65,6 +67,14 @@ class LedgerResult:
                 "verified": verify.counts.get("verified") if verify.status != "skipped" else None,
                 "findings": self.findings()}
 
+    def verified_words(self) -> str | None:
+        """What the verify covered, in ``Coverage.describe``'s words when it was partial
+        ("325 bodies proven unchanged, 0 read back"); None after a whole verify or none."""
+        report = self.report
+        if report is None or report.coverage is None or report.checks["verify_bodies"].status == "skipped":
+            return None
+        return report.coverage.describe(report.checks["verify_bodies"].counts.get("verified", 0))
+
     def to_json(self, strict: bool = False) -> dict[str, Value]:
         doc: dict[str, Value] = {
             "path": str(self.ledger.directory), "ok": self.ok, "verdict": self.verdict,
@@ -81,13 +91,15 @@ class LedgerResult:
 
 @dataclass(slots=True)
 class FleetReport:
-    """Every ledger of a run, in discovery order, with what discovery passed over."""
+    """Every ledger of a run, in discovery order, the directories found or given and not
+    checked, and notes on what discovery passed over."""
 
     results: list[LedgerResult]
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     runner: str = "local"              # "local" (a process per ledger) or the Dask scheduler's address
     jobs: int = 1                      # local processes, or the cluster's worker threads
+    unchecked: list[Unchecked] = field(default_factory=list)
 
     def __iter__(self) -> Any:
         return iter(self.results)
@@ -100,21 +112,37 @@ class FleetReport:
         """Ledgers that are damaged or could not be checked."""
         return [r for r in self.results if not r.ok]
 
+    @property
+    def not_looked_at(self) -> list[Unchecked]:
+        """Directories that could not be read and ``--path`` values not searched: what keeps
+        a run from saying its fleet is sound even when every ledger it read is."""
+        return [u for u in self.unchecked if u.fails]
+
+    @property
+    def sound(self) -> bool:
+        """At least one ledger checked, none damaged or unreadable, nothing left unread."""
+        return bool(self.results) and not self.failed and not self.not_looked_at
+
     def totals(self) -> dict[str, int | float]:
         verdicts = [r.verdict for r in self.results]
+        statuses = [u.status for u in self.unchecked]
         return {"ledgers": len(self.results), "ok": verdicts.count(OK), "warn": verdicts.count(WARN),
                 "damaged": verdicts.count(DAMAGED), "unreadable": verdicts.count(UNREADABLE),
+                "directories_unreadable": statuses.count(UNREADABLE),
+                "paths_not_searched": statuses.count(MISSING) + statuses.count(REFUSED),
+                "not_ledgers": statuses.count(NOT_A_LEDGER),
                 "retried": sum(1 for r in self.results if r.retried),
                 "bytes": sum(r.ledger.size for r in self.results), "seconds": round(self.seconds, 6)}
 
     def exit_code(self, strict: bool = False) -> int:
-        if self.failed:
+        if not self.sound:
             return 1
         return 1 if strict and any(r.verdict == WARN for r in self.results) else 0
 
     def to_json(self, strict: bool = False) -> dict[str, Value]:
         return {"format": JSON_FORMAT, "version": JSON_VERSION, "runner": self.runner, "jobs": self.jobs,
-                "exit_code": self.exit_code(strict), "totals": self.totals(), "notes": list(self.notes),
+                "sound": self.sound, "exit_code": self.exit_code(strict), "totals": self.totals(),
+                "notes": list(self.notes), "unchecked": [u.to_json() for u in self.unchecked],
                 "ledgers": [r.to_json(strict) for r in self.results]}
 
 

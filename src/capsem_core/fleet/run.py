@@ -55,7 +55,9 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
     ledger is done.
 
     A ledger that cannot be checked (removed meanwhile, unreadable, its process crashed) is
-    a result with ``error`` and verdict "unreadable", never an exception of the run.
+    a result with ``error`` and verdict "unreadable", never an exception of the run; a
+    directory that cannot be read, and a path that does not exist, is in the report's
+    ``unchecked`` (and the report is not ``sound``).
     """
     options = check_options(rows=rows, verify_bodies=verify_bodies, incremental=incremental, **check_kwargs)
     began = time.perf_counter()
@@ -71,10 +73,10 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
                                          retries=cluster.DEFAULT_RETRIES if retries is None else retries,
                                          on_result=progress)
         runner = str(client.scheduler.address) if client.scheduler is not None else "dask"
-        return FleetReport(results, found.notes, time.perf_counter() - began, runner, workers)
+        return FleetReport(results, found.notes, time.perf_counter() - began, runner, workers, found.unchecked)
     jobs = default_jobs() if jobs is None else jobs
     results = run_locally(ledgers, options, jobs=jobs, progress=progress)
-    return FleetReport(results, found.notes, time.perf_counter() - began, "local", jobs)
+    return FleetReport(results, found.notes, time.perf_counter() - began, "local", jobs, found.unchecked)
 
 
 def _ledgers(given: list[os.PathLike[str] | str | FleetLedger], found: Discovery) -> list[FleetLedger]:
