@@ -41,7 +41,7 @@ MAX_DIR_ENTRIES = 1_000_000
 
 Kind = Literal["ephemeral", "persistent", "directory"]
 UNREADABLE, MISSING, REFUSED, NOT_A_LEDGER = "unreadable", "missing", "refused", "not a ledger"
-Status = Literal["unreadable", "missing", "refused", "not a ledger"]
+Status = str  # one of UNREADABLE, MISSING, REFUSED, NOT_A_LEDGER
 
 
 @dataclass(frozen=True, slots=True)
