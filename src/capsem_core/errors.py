@@ -7,6 +7,8 @@ names itself their module, so tracebacks and pickles say ``capsem_core.errors``.
 ``LedgerError(message, path=None)`` is the base: ``.path`` (a Path, or None) names the file
 the problem is in, ``.detail`` is the message without it, and ``str()`` is
 ``"<path>: <message>"``.
+
+``WriterLockLost`` is the one class defined here: only the Python writer raises it.
 """
 
 from __future__ import annotations
@@ -38,9 +40,15 @@ __all__ = [
     "LedgerError", "ArchiveError", "BadFileHeader", "BadBlockHeader", "UnsupportedCodec", "BadSegment",
     "IntegrityError", "InflateError", "TruncatedBlock", "RefOutOfRange", "BodyHashMismatch", "SymlinkRefused",
     "SchemaMismatch", "WriterBusy", "WriterPoisoned", "BodyTooLarge", "BlockFull", "RowRejected",
-    "CursorError",
+    "CursorError", "WriterLockLost",
 ]
 
 for _cls in _errors.EXCEPTIONS:
     _cls.__module__ = __name__
 del _cls
+
+
+class WriterLockLost(WriterBusy):
+    """A running writer's lock file was deleted or replaced: it stops before writing again.
+
+    A WriterBusy, because another writer may now hold the ledger."""

@@ -2,6 +2,7 @@
 
 * ``archive``: ``BodyArchiveWriter`` appends to one ``session.bodies`` file (format v2).
 * ``ledger``: ``LedgerWriter`` owns a ledger directory (lock, connection, insert, close).
+* ``lock``: the writer lock (Capsem's lock file, the directory's flock, the flush-time check).
 * ``rows``: ``Body``, ``ledger_timestamp``, table specs, batches, multi-row INSERTs.
 * ``staging``: bodies into the archive, segment cuts, taking the archive out of service.
 * ``dedup``: the committed-hash filter and the committed-span lookup.

@@ -1,15 +1,15 @@
 """``LedgerWriter``: the one writer of a ledger directory, composed of its collaborators.
 
-It owns the writer lock, the SQLite connection and the public surface (insert, flush, wait,
-close); the work is done by ``rows.Tables`` (what a row may be), ``staging.Staging`` (bodies
-into the archive, segments, retire), ``dedup.CommittedSpans`` (cross-block dedup) and
-``flush`` (the job, its background thread, the commit). The flush cycle is Capsem's: cut the
-segment, fdatasync, then one transaction; no index row ever names bytes that are not synced.
+It owns the writer lock (``lock.WriterLock``), the SQLite connection and the public surface
+(insert, flush, wait, close); the work is done by ``rows.Tables`` (what a row may be),
+``staging.Staging`` (bodies into the archive, segments, retire), ``dedup.CommittedSpans``
+(cross-block dedup) and ``flush`` (the job, its background thread, the commit). The flush
+cycle is Capsem's: cut the segment, fdatasync, then one transaction; no index row ever
+names bytes that are not synced.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import sqlite3
@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from capsem_core import db, schema
-from capsem_core.errors import LedgerError, RowRejected, SchemaMismatch, WriterBusy
+from capsem_core.errors import LedgerError, RowRejected, SchemaMismatch
 from capsem_core.format import CODEC_NAMES
-from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, refuse_symlink, writer_lock_path
+from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, is_real_dir, refuse_symlink
 from capsem_core.writer import flush
 from capsem_core.writer.archive import BodyArchiveWriter, codec_id
 from capsem_core.writer.dedup import CommittedSpans
 from capsem_core.writer.flush import Job, Pending
+from capsem_core.writer.lock import WriterLock, require_own_file
 from capsem_core.writer.rows import ROWS_PER_STATEMENT, Body, Stamper, Tables
 from capsem_core.writer.staging import Counts, Staging
 
@@ -34,32 +35,12 @@ _LOCK_RETRY_SECONDS = 0.02
 _OPEN_RETRIES = 50
 
 
-def _refuse_symlink(path: Path, what: str) -> None:
-    refuse_symlink(path, what, message=f"{what} is a symlink; a ledger is written only through its own files")
-
-
-def _take_lock(directory: Path, db_path: Path, timeout: float) -> int:
-    """The ledger's writer lock (flock on Capsem's sidecar); WriterBusy once ``timeout`` passed."""
-    lock_path = writer_lock_path(db_path)
-    _refuse_symlink(lock_path, lock_path.name)
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        raise LedgerError(f"io: cannot open the writer lock: {e.strerror or e}", lock_path) from e
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            # A closing writer may still be finishing: give it a moment before refusing.
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise WriterBusy(
-                    f"ledger {directory} already has a writer ({lock_path.name} is held); a ledger "
-                    "has exactly one writer, because its body archive cannot survive two appenders",
-                    db_path) from None
-            time.sleep(_LOCK_RETRY_SECONDS)
+def _ledger_directory(path: os.PathLike[str] | str) -> Path:
+    """The ledger directory named by ``path``: the directory, or its session.db (as ``Ledger`` takes)."""
+    p = Path(path)
+    if p.name == SESSION_DB and not is_real_dir(p):
+        return p.parent
+    return p
 
 
 def _connect(db_path: Path) -> sqlite3.Connection:
@@ -110,6 +91,13 @@ class LedgerWriter:
     and ``flush``/``close`` always do). Its errors surface at the next insert that flushes,
     at ``wait``, ``flush`` or ``close``.
 
+    ``directory`` is the ledger directory or its ``session.db``; the directory is created if
+    missing, and refused (SymlinkRefused) if it, session.db, session.bodies or the lock file
+    is a symbolic link. The lock is Capsem's flock on ``session.db-writer.lock`` plus one on
+    the directory itself (``capsem_core.writer.lock``); a second writer gets WriterBusy after
+    ``lock_timeout`` seconds, and a writer whose lock file was deleted or replaced refuses
+    its next flush with WriterLockLost.
+
     Bodies are stored unless the archive is out of service (``archive_out_of_service`` says
     why: the index names bytes past the end of the archive, the archive's header is not a v2
     header, or an append or sync failed); rows are written either way. One thread uses a
@@ -127,11 +115,11 @@ class LedgerWriter:
         self._on_close = on_close
         self._flush_rows = max(1, flush_rows)
         self._flush_bytes = max(1, flush_bytes)
-        self._directory = Path(directory)
+        self._directory = _ledger_directory(directory)
         self._db_path = self._directory / SESSION_DB
         self._bodies_path = archive_path_for(self._db_path)
         self._closed = True
-        self._lock_fd = -1
+        self._lock: WriterLock | None = None
         self._conn: sqlite3.Connection | None = None
         self._job: Job | None = None
         self._stamp = Stamper()
@@ -139,12 +127,17 @@ class LedgerWriter:
         self._counts = Counts()
         self._spans = CommittedSpans()
         self._staging = Staging(self._bodies_path, self._pending, self._counts, self._spans, self._join_job,
-                                close_every_flush)
+                                close_every_flush, self._check_lock)
 
-        self._directory.mkdir(parents=True, exist_ok=True)
-        _refuse_symlink(self._db_path, SESSION_DB)
-        _refuse_symlink(self._bodies_path, SESSION_BODIES)
-        self._lock_fd = _take_lock(self._directory, self._db_path, lock_timeout)
+        # The reader's rules, before anything is created: a link is refused, never followed.
+        refuse_symlink(self._directory, "session directory")
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LedgerError(f"cannot create the ledger directory: {e.strerror or e}", self._directory) from e
+        require_own_file(self._db_path, SESSION_DB)
+        require_own_file(self._bodies_path, SESSION_BODIES)
+        self._lock = WriterLock.take(self._db_path, lock_timeout)
         try:
             self._conn = _connect(self._db_path)
             self._max_variables = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
@@ -312,8 +305,14 @@ class LedgerWriter:
         self._spans.committing(job.body_rows)
         flush.start(job, self._work)
 
+    def _check_lock(self) -> None:
+        """Before each flush writes: WriterLockLost if the lock file was deleted or replaced."""
+        if self._lock is not None:
+            self._lock.check()
+
     def _take_work(self) -> Job | None:
         """Cut the segment (step 2 of the cycle) and move everything buffered into a job."""
+        self._check_lock()
         now = self._clock()
         self._staging.cut_segment(now)
         if self._pending.empty():
@@ -391,7 +390,8 @@ class LedgerWriter:
             self._join_job()  # a background flush must not share the connection with what follows
             if staging.archive is not None:
                 staging.archive.sync()
-            if self._conn is not None:
+            # A writer that lost its lock writes nothing more, not even the checkpoint.
+            if self._conn is not None and self._lock is not None and self._lock.lost is None:
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except (LedgerError, sqlite3.Error) as e:
             error = error or e
@@ -411,9 +411,8 @@ class LedgerWriter:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        if self._lock_fd >= 0:
-            fd, self._lock_fd = self._lock_fd, -1
-            os.close(fd)
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> LedgerWriter:
         return self

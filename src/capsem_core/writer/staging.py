@@ -58,10 +58,10 @@ class Staging:
     """
 
     __slots__ = ("archive", "out_of_service", "_bodies_path", "_pending", "_counts", "_spans", "_join",
-                 "_close_every_flush", "_block_spans", "_block_opened_at", "_staging_block", "_last_recorded")
+                 "_close_every_flush", "_guard", "_block_spans", "_block_opened_at", "_staging_block", "_last_recorded")
 
     def __init__(self, bodies_path: Path, pending: Pending, counts: Counts, spans: CommittedSpans,
-                 join: Callable[[], None], close_every_flush: bool) -> None:
+                 join: Callable[[], None], close_every_flush: bool, guard: Callable[[], None]) -> None:
         self.archive: BodyArchiveWriter | None = None
         self.out_of_service: str | None = None
         self._bodies_path = bodies_path
@@ -70,6 +70,7 @@ class Staging:
         self._spans = spans
         self._join = join
         self._close_every_flush = close_every_flush
+        self._guard = guard  # raises when this writer may no longer write (its lock was lost)
         self._block_spans: dict[bytes, Span] = {}
         self._block_opened_at: float | None = None
         # What the ledger itself knows of the archive, for retire after an interrupt: the
@@ -201,6 +202,7 @@ class Staging:
         """Write the open block's FINAL segment; the archive, or None if that retired it."""
         archive = self.archive
         assert archive is not None
+        self._guard()  # an insert may close a full block between flushes
         if not self._cut(archive, archive.close_block, f"closing block {archive.block_offset}"):
             return None
         self._block_spans.clear()
