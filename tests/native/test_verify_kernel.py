@@ -478,8 +478,6 @@ def _symbol_286_ledger(tmp_path):
     return db, body
 
 
-@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
-                                       "docs/reliability.md F4, open")
 def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_path):
     db, _ = _symbol_286_ledger(tmp_path)
     want = baseline.verify_ledger(db)
@@ -488,8 +486,6 @@ def test_a_length_symbol_zlib_refuses_fails_the_block_with_libdeflate_too(tmp_pa
     assert kernel(db, threads=1, use_libdeflate=True) == want
 
 
-@pytest.mark.xfail(strict=True, reason="libdeflate decodes litlen symbol 286 (length 258), which zlib refuses; "
-                                       "docs/reliability.md F4, open")
 def test_a_length_symbol_zlib_refuses_is_refused_by_the_reader_with_libdeflate_too(tmp_path):
     db, body = _symbol_286_ledger(tmp_path)
     ref = (16, 0, len(body))

@@ -11,15 +11,17 @@
  * byte-aligned at a block boundary before any final block (a crafted Huffman block running
  * on into a known tail could decode it as its own data; random bytes it cannot), which is
  * exactly the state the cursor's inflater must be left in for the next segment to decode
- * the same way. So success here means the cursor reads the same bytes, for every deflate
- * stream zlib accepts (libdeflate also decodes a few constructs zlib refuses and no deflate
- * writer emits: docs/reliability.md, F4). */
+ * the same way. libdeflate also decodes a few constructs zlib refuses (symbols deflate leaves
+ * undefined, more codes than zlib allows), so each input it decoded is then walked under
+ * zlib's rules (archive_deflate_rules.c) and refused unless they hold. So success here means
+ * the cursor reads the same bytes, and failure that the cursor decides. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
 
 #include <libdeflate.h>
 
+#include "archive_deflate_rules.h"
 #include "archive_inflate.h"
 #include "big_alloc.h"
 #include "blake3.h"
@@ -149,6 +151,7 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
                                                                     dict + h.raw_len + end, &in_used, &out_used);
         if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
         if (end && memcmp(*raw + held + h.raw_len, f->end_data, END_DATA) != 0) return 0;
+        if (!capsem_deflate_zlib_accepts(in, in_len)) return 0;
         /* Segments verified before (hashes 0) are inflated again, not hashed again. */
         if (hashes) {
             if (nseg == CAPSEM_INFLATE_MAX_SEGMENTS) {
