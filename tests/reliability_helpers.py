@@ -108,7 +108,7 @@ def write_fixture(directory: Path, *, codec: str = "deflate", seed: int = 0, cou
         # Release the files as a killed writer would: the open block keeps no FINAL segment.
         writer.archive.close()  # simulating a crash, not an API use
         writer._conn.close()  # noqa: SLF001
-        os.close(writer._lock_fd)  # noqa: SLF001
+        writer._lock.release()  # noqa: SLF001  (the kernel drops a dead writer's flocks)
         writer._closed = True  # noqa: SLF001
     else:
         writer.close()
