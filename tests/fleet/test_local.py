@@ -179,7 +179,7 @@ def test_options_of_check_all_alone_are_refused_without_it(shared_home, run_cli)
         done = run_cli(shared_home.home, *args)
         assert done.returncode == 2 and f"{args[0]} is an option of check --all" in done.stderr
     done = run_cli(shared_home.home, "--all", "--jobs", "0")
-    assert done.returncode == 2 and "--jobs must be at least 1" in done.stderr
+    assert done.returncode == 2 and "0 is out of range: from 1 to 4,096" in done.stderr
     done = run_cli(shared_home.home, "--all", "some-session")
     assert done.returncode == 2 and "no SESSION or --db" in done.stderr
     done = run_cli(shared_home.home, "--all", "--scheduler", "somewhere:8786")

@@ -4,6 +4,7 @@ which ledger a command reads (``SESSION`` or ``--db PATH``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from capsem_core import sessions
@@ -12,20 +13,53 @@ from capsem_core.errors import LedgerError
 from capsem_core.paths import SESSION_DB
 
 
-def whole_number(text: str) -> int:
-    """A count given on the command line: a whole number, zero or more (argparse type)."""
-    try:
+# The largest count any option takes: SQLite's and numpy's int64, so no value the parser
+# accepts overflows where it is used.
+MAX_COUNT = 2**63 - 1
+# Digits read at most: int() of a 100 KiB string of digits is quadratic work.
+_MAX_DIGITS = 40
+
+
+def counted(low: int = 0, high: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type of a whole number from ``low`` to ``high``: anything else is a usage
+    error naming the range (exit 2), never an overflow where the number is used."""
+
+    def parse(text: str) -> int:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        digits = text.strip().lstrip("+-")
+        if not digits.isascii() or not digits.isdigit() or len(digits) > _MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number")
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
+        if value < 0 <= low:
+            raise argparse.ArgumentTypeError(f"{shown} is negative: a count is from {low:,} to {high:,}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{shown} is out of range: from {low:,} to {high:,}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+whole_number = counted(0, MAX_COUNT)
+whole_number.__doc__ = "A count given on the command line: a whole number from 0 to 2**63 - 1 (argparse type)."
+
+
+def path_argument(text: str) -> Path:
+    """A path given on the command line (argparse type): never empty (which Path would take
+    for the current directory) and never holding NUL (which no path can)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("an empty path (\"\" is not the current directory)")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError("a path holding a NUL character")
+    return Path(text)
 
 
 def db_argument(path: Path) -> Path:
     """``--db`` names session.db, or the ledger directory holding it."""
-    return path / SESSION_DB if path.is_dir() else path
+    try:
+        return path / SESSION_DB if path.is_dir() else path
+    except OSError:  # e.g. a name too long: the open that follows names the problem
+        return path
 
 
 def db_hint(word: str | None) -> str:
@@ -34,8 +68,11 @@ def db_hint(word: str | None) -> str:
     if not word:
         return ""
     p = Path(word)
-    if (p / SESSION_DB).is_file() or (p.name == SESSION_DB and p.is_file()):
-        return f"; did you mean --db {word}?"
+    try:
+        if (p / SESSION_DB).is_file() or (p.name == SESSION_DB and p.is_file()):
+            return f"; did you mean --db {word}?"
+    except (OSError, ValueError):  # a name too long for a path, or holding NUL: no ledger there
+        pass
     return ""
 
 
@@ -43,7 +80,7 @@ def add_ledger_target(parser: argparse.ArgumentParser) -> None:
     """The ``SESSION`` / ``--db PATH`` pair of a command that reads one ledger."""
     parser.add_argument("session", nargs="?", metavar="SESSION",
                         help="session id, or a named VM's name (default: the latest session in main.db)")
-    parser.add_argument("--db", type=Path, metavar="PATH",
+    parser.add_argument("--db", type=path_argument, metavar="PATH",
                         help="read this session.db, or the ledger directory holding it, directly (main.db is not "
                              "read; not together with SESSION)")
 
@@ -67,4 +104,4 @@ def ledger_target(args: argparse.Namespace) -> Path:
         raise type(exc)(exc.detail + hint, exc.path) from None
 
 
-__all__ = ["add_ledger_target", "db_argument", "db_hint", "ledger_target", "whole_number"]
+__all__ = ["MAX_COUNT", "add_ledger_target", "counted", "path_argument", "db_argument", "db_hint", "ledger_target", "whole_number"]

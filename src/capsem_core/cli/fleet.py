@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, TextIO
 
 from capsem_core.check.report import ERROR, NOTE, OK, SKIPPED, WARN, WARNING, CheckResult, Finding
-from capsem_core.cli.arguments import whole_number
+from capsem_core.cli.arguments import counted, path_argument
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
@@ -49,6 +49,8 @@ PASSED_THROUGH = ("incremental", "subset", "max_age")
 TLS_OPTIONS = (("--tls-ca-file", "tls_ca_file", "the CA that signed the scheduler's and this client's certificates"),
                ("--tls-cert", "tls_cert", "this client's certificate (PEM; with its key, unless --tls-key)"),
                ("--tls-key", "tls_key", "the private key of --tls-cert (PEM, unencrypted)"))
+# More processes or workers than any machine runs a check in: a bound, not a tuning.
+MAX_JOBS = 4096
 # Findings shown per damaged or warned ledger without --details (the rest are counted).
 FINDINGS_SHOWN = 5
 _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "dim"}
@@ -59,10 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true",
                         help="check every ledger of the home's run directory (ephemeral and persistent) and of "
                              "each --path tree, in parallel, and print one summary")
-    parser.add_argument("--path", action="append", type=Path, default=[], metavar="DIR",
+    parser.add_argument("--path", action="append", type=path_argument, default=[], metavar="DIR",
                         help="with --all: also every ledger under DIR (a ledger, a home, or a tree of them; "
                              "symbolic links are not followed); repeatable")
-    parser.add_argument("--jobs", type=whole_number, metavar="N",
+    parser.add_argument("--jobs", type=counted(1, MAX_JOBS), metavar="N",
                         help="with --all: ledgers checked at once, a process each (default: one per core); with "
                              "--scheduler local, the cluster's workers")
     parser.add_argument("--scheduler", metavar="ADDRESS",
@@ -109,8 +111,6 @@ def run(args: argparse.Namespace, **check_kwargs: Any) -> int:
     check; without them, the PASSED_THROUGH options are read from ``args`` by name."""
     if args.session is not None or args.db is not None:
         raise UsageError("check --all checks every ledger; give no SESSION or --db with it")
-    if args.jobs == 0:
-        raise UsageError("--jobs must be at least 1")
     extra = dict(check_kwargs) or {name: getattr(args, name) for name in PASSED_THROUGH
                                    if getattr(args, name, None) is not None}
     tls: ClientTls | None = None
