@@ -93,7 +93,9 @@ def _run(argv: list[str], *, prefix: list[str] = (), env: dict[str, str] | None 
 
 
 def write_sample(directory: Path, bodies: int = 300) -> None:
-    """A sample ledger through the command line, as a user makes one."""
+    """A sample ledger through the command line, as a user makes one (sample creates DIR
+    itself, never its parents, as mkdir does)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
     done = _run(_cli("sample", str(directory), "--bodies", str(bodies), "--seed", "3"))
     assert done.returncode == 0, done.stderr
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from capsem_core._native import _blake3
-from capsem_core.paths import export_name
+from capsem_core.outputs import export_name
 from oracles.archive_reader import archived_bodies
 
 from tests.bodies.conftest import write_blocks_ledger
@@ -50,6 +50,7 @@ def test_hostile_keys_never_name_a_path_outside_dir(tmp_path: Path) -> None:
             conn.execute("UPDATE event_body_blobs SET event_id = ?, direction = ? WHERE id = ?",
                          (value, "../" + value, rid))
     out = tmp_path / "deep" / "out"
+    out.parent.mkdir()  # export creates DIR, never its parents
     done = run("export", "--db", str(tmp_path / "l"), str(out))
     assert done.returncode == 0, done.stderr
     names = sorted(p.name for p in out.iterdir())
@@ -75,8 +76,10 @@ def test_a_link_as_dir_or_in_place_of_a_file_is_never_followed(tmp_path: Path) -
     secret.write_bytes(b"do not touch")
     os.symlink(secret, tmp_path / "out" / name)
     again = run("export", "--db", str(tmp_path / "l"), str(tmp_path / "out"))
-    assert again.returncode == 0 and secret.read_bytes() == b"do not touch"
-    assert not (tmp_path / "out" / name).is_symlink()
+    # A link where an exported file belongs is not the export's to replace: refused, untouched.
+    assert again.returncode == 1 and b"symbolic link" in again.stderr and name.encode() in again.stderr
+    assert secret.read_bytes() == b"do not touch"
+    assert (tmp_path / "out" / name).is_symlink()
 
 
 def test_a_rerun_skips_verified_files_and_rewrites_damaged_or_missing_ones(tmp_path: Path) -> None:

@@ -370,14 +370,16 @@ def _sample_process(*argv: str, cwd: Path) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("home", [False, True])
-@pytest.mark.parametrize("where, why", [("file", "exists and is not a directory"),
-                                        ("under-file", "cannot be used as a directory: Not a directory"),
-                                        ("proc", "cannot create the directory")])
+@pytest.mark.parametrize("where, why", [("file", "the output path is not a directory"),
+                                        ("under-file", "cannot create the output directory: Not a directory"),
+                                        ("proc", "cannot create the output directory"),
+                                        ("no-parent", "the directory holding the output directory does not exist")])
 def test_sample_onto_an_unusable_path_is_one_line_naming_it_exit_1(tmp_path: Path, home: bool, where: str,
                                                                    why: str) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
-    target = {"file": a_file, "under-file": a_file / "x", "proc": Path("/proc/capsem-sample-x")}[where]
+    target = {"file": a_file, "under-file": a_file / "x", "proc": Path("/proc/capsem-sample-x"),
+              "no-parent": tmp_path / "missing" / "x"}[where]
     code, out, err = _sample_process(str(target), "--bodies", "3", *(["--home", "--sessions", "1"] if home else []),
                                      cwd=tmp_path)
     assert code == 1, err

@@ -1,7 +1,9 @@
 """``capsem-ledger body EVENT_ID``: one verified body's exact bytes.
 
-To a file with ``-o`` (written whole, then renamed into place), to stdout when it is not a
-terminal (the exact bytes), and on a terminal only a text body, shown sanitized (a binary
+To a file with ``-o`` (through ``capsem_core.outputs``: a regular file replaced whole, a
+device or a FIFO with a reader written into, never a link or a new parent directory;
+``-o -`` is stdout), to stdout when it is not a terminal (the exact bytes), and on a
+terminal only a text body, shown sanitized (a binary
 one is refused: it could drive the terminal). An event with several bodies and no
 ``--table`` / ``--direction`` to choose one gets them listed instead, on stderr, exit 1.
 """
@@ -9,16 +11,14 @@ one is refused: it could drive the terminal). An event with several bodies and n
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.cli.arguments import add_ledger_target, ledger_target
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
-from capsem_core.paths import open_output_dir, refuse_symlink, write_file_at
+from capsem_core.outputs import STDOUT, check_output_name, write_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_ledger_target(parser)
     parser.add_argument("--table", metavar="T", help="the body's source table (when the event has several bodies)")
     parser.add_argument("--direction", metavar="D", help="the body's direction: request, response, stdout, ...")
-    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
-                        help="write the bytes to FILE (replaced whole, never written through a link)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the bytes to FILE (a regular file is replaced whole; a device or a FIFO is "
+                             "written into; never through a link, never creating a directory); '-' is stdout")
 
 
 def text_for_terminal(data: bytes) -> str | None:
@@ -42,16 +43,15 @@ def text_for_terminal(data: bytes) -> str | None:
     return "\n".join(sanitize(line) for line in text.split("\n"))
 
 
-def _write_output(path: Path, data: bytes) -> None:
-    refuse_symlink(path, "output file")
-    directory = open_output_dir(path.parent if str(path.parent) else Path("."))
-    try:
-        write_file_at(directory, path.name, data)
-    finally:
-        os.close(directory)
+def _write_stdout(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.output is not None and args.output != STDOUT:
+        check_output_name(args.output, "output file")  # before the ledger is read: nothing half-done
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
     with Ledger(db_path, block_cache_bytes=0) as ledger:
@@ -70,13 +70,11 @@ def run(args: argparse.Namespace) -> int:
             return 1
         table, direction, content_type, _ = matches[0]
         data = ledger.read_body(args.event_id, table, direction)
-    if args.output is not None:
-        _write_output(args.output, data)
+    if args.output is not None and args.output != STDOUT:
+        write_output(args.output, data)
         return 0
-    if not sys.stdout.isatty():
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+    if args.output == STDOUT or not sys.stdout.isatty():
+        _write_stdout(data)
         return 0
     text = text_for_terminal(data)
     if text is None:

@@ -1,10 +1,12 @@
 """``capsem-ledger export [SESSION | --db PATH] DIR``: every body to a file, plus a manifest.
 
 Each verified body is written to ``DIR/{event_id}.{table}.{direction}.{blake3}`` (the name
-policy is ``capsem_core.paths.export_name``: ledger strings reduced to a safe charset, the
+policy is ``capsem_core.outputs.export_name``: ledger strings reduced to a safe charset, the
 body's hash last; files are written through a descriptor of DIR, never through a link, and
-renamed into place whole), then ``manifest.jsonl`` (one JSON object per body: event_id,
-table, direction, content_type, hash, path relative to DIR) replaces the old one. A rerun
+renamed into place whole; only a regular file is replaced: ``capsem_core.outputs``), then
+``manifest.jsonl`` (one JSON object per body: event_id, table, direction, content_type,
+hash, path relative to DIR) replaces the old one. DIR is created if missing, its parent
+never. A rerun
 skips every file already there whose bytes hash to its body's hash, so an interrupted
 export resumes where it stopped. Damaged bodies are left out and named on stderr (exit 1).
 """
@@ -15,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from capsem_core.check.opening import refuse_symlinks
 from capsem_core.cli.arguments import add_ledger_target, ledger_target
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
-from capsem_core.paths import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
+from capsem_core.outputs import check_output_name, export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
 
 MANIFEST = "manifest.jsonl"
 _READ_CHUNK = 1 << 20
@@ -33,7 +34,8 @@ _READ_CHUNK = 1 << 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_ledger_target(parser)
-    parser.add_argument("directory", metavar="DIR", type=Path, help="where the bodies go (created if missing)")
+    parser.add_argument("directory", metavar="DIR",
+                        help="where the bodies go (created if missing; its parent must exist; '' is refused)")
 
 
 def _already_written(dir_fd: int, name: str, size: int, digest: bytes) -> bool:
@@ -62,9 +64,10 @@ def _names(idx: BodyIndex) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_name(args.directory, "output directory")  # before the ledger is read
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
-    dir_fd = open_output_dir(args.directory)
+    dir_fd = open_output_dir(args.directory, create=True)
     try:
         remove_stale_parts(dir_fd)
         with Ledger(db_path, block_cache_bytes=0) as ledger:
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             for batch in ledger.body_batches(np.array(todo, np.intp), index=idx, errors="skip"):
                 where = order[np.searchsorted(sorted_ids, batch.id)]
                 for k in range(len(batch)):
-                    write_file_at(dir_fd, names[int(where[k])], batch[k])
+                    write_file_at(dir_fd, names[int(where[k])], batch[k], args.directory)
                 for fault in batch.findings:
                     damaged += 1
                     written_ok[order[np.searchsorted(sorted_ids, fault.row_id)]] = False
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             lines.append(json.dumps({"event_id": idx.event_id[i], "table": idx.source_table[i],
                                      "direction": idx.direction[i], "content_type": idx.content_type[i],
                                      "hash": idx.hash_text(i), "path": names[i]}, ensure_ascii=True) + "\n")
-        write_file_at(dir_fd, MANIFEST, "".join(lines).encode())
+        write_file_at(dir_fd, MANIFEST, "".join(lines).encode(), args.directory)
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)

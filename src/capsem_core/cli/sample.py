@@ -1,6 +1,8 @@
 """``capsem-ledger sample``: write a realistic sample ledger, or a whole ``CAPSEM_HOME``.
 
-Parses the arguments, makes sure the target directory exists, calls ``write_sample_ledger``
+Parses the arguments (every count range-checked: a usage error before anything is written),
+makes sure the target directory exists (created if missing, its parent never:
+``capsem_core.outputs``), calls ``write_sample_ledger``
 or ``write_sample_home`` and prints what they wrote. An interrupt leaves a partial sample
 whose ledgers check sound; the one line on stderr says so.
 """
@@ -8,17 +10,20 @@ whose ledgers check sound; the one line on stderr says so.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 import warnings
-from pathlib import Path
 
-from capsem_core.errors import LedgerError
+from capsem_core.cli.arguments import counted
+from capsem_core.outputs import prepare_output_dir
 from capsem_core.sample import MIXES, parse_size, write_sample_home, write_sample_ledger
 from capsem_core.sample.units import MIB
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import sanitize
+
+# Upper bounds of the sample's sizes: far above any sample anyone writes, and low enough that
+# nothing sized from them overflows.
+MAX_SAMPLE_SESSIONS = 100_000
+MAX_SAMPLE_BODIES = 10**12
 
 
 def _size_arg(text: str) -> int:
@@ -29,52 +34,22 @@ def _size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _positive_int(text: str) -> int:
-    """argparse type of a count that must be at least one."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _prepare_directory(directory: Path) -> None:
-    """Make ``directory`` exist as a directory before anything is written into it. A path
-    that is a file, lies under a file or cannot be created is a LedgerError naming it."""
-    try:
-        st = os.stat(directory)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise LedgerError(f"cannot be used as a directory: {exc.strerror}", directory) from None
-    if st is not None:
-        if not stat.S_ISDIR(st.st_mode):
-            raise LedgerError("exists and is not a directory; refusing to write a sample there", directory)
-        return
-    try:
-        os.makedirs(directory)
-    except OSError as exc:
-        raise LedgerError(f"cannot create the directory: {exc.strerror}", exc.filename or directory) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``capsem-ledger sample``."""
     parser.add_argument("directory", metavar="DIR",
-                        help="ledger directory to write, created if missing (with --home: the CAPSEM_HOME to lay "
+                        help="ledger directory to write, created if missing (its parent must exist; with --home: the CAPSEM_HOME to lay "
                              "out); an existing ledger or main.db there is never overwritten")
-    parser.add_argument("--seed", type=int, default=0, help="generation seed (same seed, same bytes); default 0")
+    parser.add_argument("--seed", type=counted(0, 2**64 - 1), default=0, help="generation seed (same seed, same bytes); default 0")
     parser.add_argument("--mix", choices=MIXES, default="realistic",
                         help="realistic sessions, many small bodies (100-300 B) or large bodies; default realistic")
-    parser.add_argument("--bodies", type=_positive_int, help="stop once this many bodies are written")
+    parser.add_argument("--bodies", type=counted(1, MAX_SAMPLE_BODIES), help="stop once this many bodies are written")
     parser.add_argument("--raw-bytes", type=_size_arg, metavar="SIZE",
                         help="stop once this many raw body bytes are written (e.g. 64M, 1G)")
     parser.add_argument("--codec", choices=("deflate", "zstd"), default="deflate",
                         help="archive codec; zstd is this project's extension, which Capsem cannot read")
     parser.add_argument("--home", action="store_true",
                         help="lay out a whole CAPSEM_HOME at DIR (main.db, ephemeral and persistent ledgers)")
-    parser.add_argument("--sessions", type=_positive_int, default=12, help="sessions in a --home layout; default 12")
+    parser.add_argument("--sessions", type=counted(1, MAX_SAMPLE_SESSIONS), default=12, help="sessions in a --home layout; default 12")
     parser.add_argument("--progress", action="store_true", help="report progress on stderr")
 
 
@@ -84,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")
     if args.home and args.raw_bytes is not None:
         raise UsageError("--raw-bytes applies to one ledger, not to --home")
-    _prepare_directory(Path(args.directory))
+    prepare_output_dir(args.directory, "sample directory")
     # The writers' warnings are shown after a normal run; after an interrupt the one line below
     # says all there is to say (an interrupted writer takes its archive out of service).
     with warnings.catch_warnings(record=True) as caught:

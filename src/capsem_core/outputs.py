@@ -1,0 +1,249 @@
+"""The one output-path policy: how every command writes a file out of a ledger.
+
+``body -o``, ``export``, ``sample`` and the verification record write through here, so one
+rule holds everywhere:
+
+- an output path is never ``''`` and never names ``.``, ``..`` or ``/`` (``x/..`` included):
+  such a name would write into a directory the user did not name;
+- a missing parent directory is never created; a command that documents creating its output
+  directory (``export DIR``, ``sample DIR``) creates that one directory only;
+- only a regular file is replaced, and atomically: the bytes go to a fresh temporary file in
+  the same directory (through a descriptor of it, no link followed), renamed over the name
+  once whole, so an interrupt leaves the old file or the new one, never a mix;
+- an existing character device or FIFO is written into, as ``cp`` does (a FIFO only when a
+  reader holds it open: never a hang); it is never unlinked or renamed over. A block device,
+  a socket or a directory is refused in one line, as is a symbolic link;
+- ``-`` is standard output (``body -o -``).
+
+Every refusal is a LedgerError naming the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+from capsem_core.errors import LedgerError, SymlinkRefused
+
+PathArg = os.PathLike[str] | str
+STDOUT = "-"
+PART_SUFFIX = ".part-"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def check_output_name(path: PathArg, what: str = "output path") -> None:
+    """LedgerError when ``path`` is empty or its last component is ``.``, ``..`` or ``/``
+    (as typed: ``x/..`` is refused, not taken for ``.``)."""
+    raw = os.fspath(path)
+    if raw == "":
+        raise LedgerError(f"the {what} is empty (\"\" is not the current directory): name a file or directory")
+    if "\x00" in raw:
+        raise LedgerError(f"the {what} holds a NUL character", raw.replace("\x00", "\\0"))
+    last = os.path.basename(raw.rstrip("/"))
+    if raw.rstrip("/") == "" or last in (".", ".."):
+        raise LedgerError(f"the {what} names {'/' if not raw.rstrip('/') else last}, not a name of its own: "
+                          "name a new file or directory", raw)
+
+
+def open_output_dir(path: PathArg, *, create: bool = False) -> int:
+    """A descriptor of the directory ``path``, opened without following a symbolic link, so
+    every file written through it (``write_file_at``) lands inside it. With ``create``, a
+    missing ``path`` is made (that directory only: its parent must exist). SymlinkRefused
+    for a link, LedgerError for a bad name, a missing parent, or something not a directory."""
+    check_output_name(path, "output directory")
+    _refuse_link(path, "output directory")
+    if create:
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            pass
+        except FileNotFoundError as exc:
+            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise LedgerError("the directory holding the output directory does not exist (it is not created)",
+                                  path) from None
+            raise LedgerError(f"cannot create the output directory: {exc.strerror}", path) from None
+        except OSError as exc:
+            raise LedgerError(f"cannot create the output directory: {exc.strerror}", path) from None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise LedgerError("the output directory does not exist (it is not created)", path) from None
+    except NotADirectoryError:
+        raise LedgerError("the output path is not a directory", path) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefused("refusing an output directory that is a symbolic link", path) from None
+        raise LedgerError(f"cannot open the output directory: {exc.strerror}", path) from None
+
+
+def _refuse_link(path: PathArg, what: str) -> None:
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return
+    if link:
+        raise SymlinkRefused(f"refusing an {what} that is a symbolic link", path)
+
+
+def write_output(path: PathArg, data: bytes | memoryview) -> None:
+    """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
+    name) replaced atomically in its existing directory, a character device or a FIFO with a
+    reader written into, anything else refused. ``-`` is not handled here: the command writes
+    standard output itself."""
+    check_output_name(path, "output file")
+    raw = os.fspath(path)
+    if raw.endswith("/"):
+        raise LedgerError("the output file is named with a trailing '/': name a file", raw)
+    try:
+        st: os.stat_result | None = os.lstat(raw)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"cannot look at the output file: {exc.strerror}", raw) from None
+    if st is not None:
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            _write_into(raw, data, fifo=stat.S_ISFIFO(mode))
+            return
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise LedgerError(f"the output file is {kind}; refusing to write there", raw)
+    parent, name = os.path.split(raw)
+    dir_fd = open_output_dir(parent or ".")
+    try:
+        write_file_at(dir_fd, name, data, parent or None)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
+    """Write into an existing device or FIFO without creating, truncating or replacing it.
+    A FIFO is opened non-blocking first: without a reader that is ENXIO, one line, not a hang."""
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if fifo and exc.errno == errno.ENXIO:
+            raise LedgerError("the output FIFO has no reader; refusing to wait for one", path) from None
+        raise LedgerError(f"cannot open the output {'FIFO' if fifo else 'device'}: {exc.strerror}", path) from None
+    try:
+        if fifo:
+            os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise LedgerError(f"cannot write to the output {'FIFO' if fifo else 'device'}: {exc.strerror}",
+                          path) from None
+    finally:
+        os.close(fd)
+
+
+def regular_size_at(dir_fd: int, name: str) -> int | None:
+    """The size of the regular file ``name`` in the directory ``dir_fd`` (a link is not
+    followed), else None."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def remove_stale_parts(dir_fd: int) -> int:
+    """Remove the temporary files ``write_file_at`` leaves only when its process was killed
+    outright (``.{name}.part-{pid}``, regular files): a rerun starts clean. Returns how many."""
+    removed = 0
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(".") and PART_SUFFIX in entry and entry.rsplit(PART_SUFFIX, 1)[1].isdigit():
+            if regular_size_at(dir_fd, entry) is not None:
+                os.unlink(entry, dir_fd=dir_fd)
+                removed += 1
+    return removed
+
+
+def _kind_in_the_way(dir_fd: int, name: str) -> str | None:
+    """What stands at ``name`` that a write must not replace ("a symbolic link", ...), or
+    None when nothing or a regular file does."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
+def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None) -> None:
+    """Write ``name`` in the directory ``dir_fd`` whole or not at all: into a fresh temporary
+    file (O_EXCL, O_NOFOLLOW), renamed over ``name`` once written. Only a regular file (or no
+    file) at ``name`` is replaced: a link, device, FIFO or directory there is a LedgerError,
+    checked before and again just before the rename. An interrupt leaves no partial file.
+    ``directory`` (the path ``dir_fd`` was opened from) only names the file in an error."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"not a plain file name: {name!r}")
+    shown = os.path.join(os.fspath(directory), name) if directory is not None else name
+    kind = _kind_in_the_way(dir_fd, name)
+    if kind is not None:
+        raise LedgerError(f"the output file is {kind}; refusing to replace it", shown)
+    tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
+    fd = -1
+    try:
+        # Inside the try: an interrupt landing just after the open still removes the file.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+        fd = -1
+        kind = _kind_in_the_way(dir_fd, name)
+        if kind is not None:
+            raise LedgerError(f"the output file became {kind} while it was written; not replaced", shown)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def safe_component(value: str | None, limit: int) -> str:
+    """A ledger string as part of a file name: runs of anything but ASCII letters, digits,
+    ``_`` and ``-`` become one ``_`` (no dot, slash, NUL or control character survives, so
+    no name is hidden, relative or a traversal), cut to ``limit`` characters; "_" for
+    empty or None."""
+    return _UNSAFE.sub("_", value or "")[:limit] or "_"
+
+
+def export_name(event_id: str | None, source_table: str | None, direction: str | None, digest_hex: str) -> str:
+    """The file name an exported body takes: ``{event_id}.{table}.{direction}.{hash}`` with
+    each ledger string made safe (``safe_component``) and the body's full BLAKE3 hex last,
+    so two names that sanitize alike only collide when their bytes are the same too. At most
+    64 + 40 + 24 + 64 + 3 characters, under every file system's 255."""
+    if not re.fullmatch(r"[0-9a-f]{64}", digest_hex):
+        raise ValueError("a body's digest is 64 lower-case hex digits")
+    return ".".join((safe_component(event_id, 64), safe_component(source_table, 40),
+                     safe_component(direction, 24), digest_hex))
+
+
+def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
+    """Make sure the directory a command documents creating (``sample DIR``) can be written:
+    the name checked, an existing directory used, a missing one created (that directory
+    only). LedgerError naming the path otherwise. Returns the path."""
+    os.close(open_output_dir(path, create=True))
+    return Path(path)
+
+
+__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "prepare_output_dir",
+           "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]
