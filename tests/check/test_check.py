@@ -484,7 +484,7 @@ def test_no_argument_without_main_db_says_where_main_db_was_expected(tmp_path: P
     monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
     code, out, err = run_cli(capsys)
     assert (code, out) == (1, "")
-    assert err == f"main.db not found at {tmp_path / 'empty-home' / 'sessions' / 'main.db'}\n"
+    assert err == f"capsem-ledger check: main.db not found at {tmp_path / 'empty-home' / 'sessions' / 'main.db'}\n"
 
 
 def test_db_checks_a_ledger_file_directly_without_main_db(ledger: Path, tmp_path: Path, monkeypatch,
@@ -511,10 +511,10 @@ def test_list_without_main_db_fails_and_with_no_sessions_says_so(tmp_path: Path,
     home = tmp_path / "h"
     monkeypatch.setenv("CAPSEM_HOME", str(home))
     code, _, err = run_cli(capsys, "--list")
-    assert code == 1 and err == f"main.db not found at {home / 'sessions' / 'main.db'}\n"
+    assert code == 1 and err == f"capsem-ledger check: main.db not found at {home / 'sessions' / 'main.db'}\n"
     sessions.create_main_db(home / "sessions" / "main.db")
     code, _, err = run_cli(capsys, "--list")
-    assert code == 1 and err == "No sessions found\n"
+    assert code == 1 and err == "capsem-ledger check: No sessions found\n"
 
 
 def test_a_session_and_db_together_are_refused_with_the_usage_line(ledger: Path, capsys) -> None:

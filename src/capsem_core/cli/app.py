@@ -5,14 +5,19 @@ Each command is a module of this package exposing ``add_arguments(parser)`` and
 traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
 contradict each other) is argparse's usage line and exit 2, Ctrl-C 130 and SIGTERM 143.
 Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
+A command run with ``--json`` also gets its error as JSON on stdout (``{"error": ...,
+"command": ..., "exit_status": ..., "path": ...}``), so a script reading stdout always reads JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from capsem_core.errors import LedgerError
 from capsem_core.cli.errors import Terminated, UsageError
@@ -77,8 +82,25 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are also JSON on stdout when the command line
+    asks for ``--json`` (set by ``main`` before parsing)."""
+
+    json_wanted = False
+
+    def error(self, message: str) -> NoReturn:
+        if _Parser.json_wanted:
+            _write_json_error(self.prog.removeprefix("capsem-ledger").strip() or None, message, 2)
+        super().error(message)
+
+
+def _json_in(argv: Sequence[str]) -> bool:
+    words = list(argv)
+    return "--json" in (words[:words.index("--")] if "--" in words else words)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
+    parser = _Parser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
     parser.add_argument("--version", action=_VersionAction, help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -94,31 +116,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        _Parser.json_wanted = _json_in(words)
+        args, extra = build_parser().parse_known_args(words)
+        if extra:
+            # Said by the command's own parser, so the line names the command.
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command in WRITING_COMMANDS:
             signal.signal(signal.SIGTERM, _raise_terminated)
         return int(args._run(args))
     except UsageError as exc:
         if args is None:
             raise
-        args._parser.error(sanitize(exc))  # exits 2 after the usage line
+        args._parser.error(sanitize(exc))  # exit 2 after the usage line (and JSON with --json)
         raise  # unreachable: error() exits
     except LedgerError as exc:
-        print(f"{_who(args)}: {sanitize(exc)}", file=sys.stderr)
-        return 1
+        return _fail(args, str(exc), exc.path)
     except BrokenPipeError:
         return 0
     except OSError as exc:
         # An I/O failure no module turned into a LedgerError still gets one line naming the file.
-        where = f"{sanitize(exc.filename)}: " if exc.filename is not None else ""
-        print(f"{_who(args)}: {where}{sanitize(exc.strerror or exc)}", file=sys.stderr)
-        return 1
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        return _fail(args, f"{where}{exc.strerror or exc}", exc.filename)
     except KeyboardInterrupt:
         print(f"{_who(args)}: interrupted", file=sys.stderr)
         return 130
     except Terminated:
         print(f"{_who(args)}: terminated", file=sys.stderr)
         return 143
+
+
+def _fail(args: argparse.Namespace | None, message: str, path: object = None) -> int:
+    """The one error line (exit 1), and with --json the same error as JSON on stdout."""
+    _json_error(args, message, 1, path)
+    print(f"{_who(args)}: {sanitize(message)}", file=sys.stderr)
+    return 1
+
+
+def _json_error(args: argparse.Namespace | None, message: str, code: int, path: object = None) -> None:
+    if args is not None and getattr(args, "json", False):
+        _write_json_error(args.command, message, code, path)
+
+
+def _write_json_error(command: str | None, message: str, code: int, path: object = None) -> None:
+    """``{"error", "command", "exit_status", "path"}`` on stdout (ASCII: escaped like the line)."""
+    where = None if path is None else (os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path))
+    try:
+        sys.stdout.write(json.dumps({"error": message, "command": command, "exit_status": code, "path": where},
+                                    ensure_ascii=True) + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass
 
 
 def _who(args: argparse.Namespace | None) -> str:

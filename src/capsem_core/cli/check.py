@@ -24,7 +24,7 @@ from capsem_core.check.report import Table, Value
 from capsem_core.check.route import SessionRoute
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli import fleet
-from capsem_core.cli.arguments import db_argument, db_hint, whole_number
+from capsem_core.cli.arguments import db_argument, db_hint, path_argument, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import SessionRow, recent_sessions
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="preview rows per table (default 5)")
     parser.add_argument("--list", action="store_true",
                         help="list recent sessions from main.db and exit (takes precedence over the other options)")
-    parser.add_argument("--db", type=Path, metavar="PATH",
+    parser.add_argument("--db", type=path_argument, metavar="PATH",
                         help="check this session.db, or the ledger directory holding it, directly (main.db is not "
                              "read; not together with SESSION)")
     parser.add_argument("--verify-bodies", action="store_true",
@@ -67,9 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out_colour = not args.json and colour_wanted(sys.stdout)
-    err_colour = colour_wanted(sys.stderr)
     if args.list:
-        return _list_sessions(args.json, out_colour, err_colour)
+        return _list_sessions(args.json, out_colour)
     if args.all:
         return fleet.run(args, options=_verify_options(args))
     fleet.refuse_fleet_options(args)
@@ -80,18 +79,20 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
         db_path = db_argument(args.db)
     else:
-        # The doctor shows the recent sessions before resolving; the resolver itself finds an
-        # explicit id or name without main.db, so main.db is only required for "latest".
+        # The session is resolved before anything is printed, so a name that finds nothing is
+        # the one error line alone; then, as the doctor does, the recent sessions. The
+        # resolver finds an explicit id or name without main.db, so main.db is only required
+        # for "latest".
         main_db = sessions.main_db_path()
-        if not args.json and main_db.exists():
-            recent = recent_sessions(main_db, RECENT_SESSIONS)
-            if recent:
-                _print_sessions(recent, False, out_colour)
         try:
             ref = sessions.resolve_session(args.session)
         except LedgerError as exc:
             message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
-            return _error(message + db_hint(args.session), err_colour)
+            raise LedgerError(message + db_hint(args.session)) from None
+        if not args.json and main_db.exists():
+            recent = recent_sessions(main_db, RECENT_SESSIONS)
+            if recent:
+                _print_sessions(recent, False, out_colour)
         db_path = ref.db_path
         route = SessionRoute(main_db, ref.id)
 
@@ -133,14 +134,14 @@ def _verify_options(args: argparse.Namespace) -> VerifyOptions:
     return VerifyOptions(incremental=args.incremental, subset=subset, max_age=args.max_age)
 
 
-def _list_sessions(as_json: bool, out_colour: bool, err_colour: bool) -> int:
+def _list_sessions(as_json: bool, out_colour: bool) -> int:
     """--list: main.db's recent sessions, as a table or one JSON object."""
     main_db = sessions.main_db_path()
     if not main_db.exists():
-        return _error(f"main.db not found at {main_db}", err_colour)
+        raise LedgerError(f"main.db not found at {main_db}")
     recent = recent_sessions(main_db, RECENT_SESSIONS)
     if not recent:
-        return _error("No sessions found", err_colour)
+        raise LedgerError("No sessions found")
     if as_json:
         sys.stdout.write(json.dumps({"format": "capsem-ledger-sessions", "version": 1, "main_db": str(main_db),
                                      "sessions": [_session_json(r) for r in recent]}, indent=2) + "\n")
@@ -173,11 +174,6 @@ def _print_sessions(rows: Sequence[SessionRow], with_usage: bool, colour: bool) 
     table = _session_table(rows, with_usage)
     render_table(out, s, table.columns, table.rows)
     sys.stdout.write("\n".join(out) + "\n")
-
-
-def _error(message: str, colour: bool) -> int:
-    print(Style(colour)("red", sanitize(message)), file=sys.stderr)
-    return 1
 
 
 def _session_json(row: SessionRow) -> dict[str, Value]:
