@@ -262,8 +262,8 @@ class Ledger:
         "skip" leaves damaged bodies out; "report" keeps them in place, empty, with
         ``batch.ok[i]`` False; both list them in ``batch.findings``. ``max_bytes``: ValueError
         when the selection holds more body bytes (read it with ``body_batches``). Memory: the
-        index, the buffer (the selection's bytes) and one block per thread. Raises KeyError
-        for a key the index does not hold, IndexError for a position outside it, LedgerError
+        index, the buffer (the selection's bytes) and one block per thread. Raises ValueError
+        for a table name that is not a body table, KeyError for a key the index does not hold, IndexError for a position outside it, LedgerError
         when the index cannot be read or the ledger is closed."""
         _bulk.check_errors(errors)
         idx, positions = self._plan(selection, index, threads)

@@ -54,7 +54,8 @@ def test_one_table_selects_exactly_that_tables_bodies(sample_ledger: Path) -> No
     want = archived_bodies(sample_ledger / "session.db", "source_table = ?", ("model_calls",))
     with Ledger(sample_ledger) as ledger:
         batch = ledger.read_bodies("model_calls")
-        assert len(ledger.read_bodies("no_such_table")) == 0
+        with pytest.raises(ValueError, match="not a body table: 'no_such_table'"):
+            ledger.read_bodies("no_such_table")  # a misspelt table is not "no bodies"
     assert set(batch.source_table.tolist()) == {"model_calls"}
     assert [bytes(m) for m in batch] == [b.data for b in want]
 

@@ -28,6 +28,7 @@ from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.bodies.columns import Positions
 from capsem_core.errors import LedgerError
 from capsem_core.format import MAX_BLOCK_RAW_BYTES
+from capsem_core.schema.vocabulary import BODY_SOURCE_TABLES
 
 Errors = Literal["raise", "skip", "report"]
 ERRORS: tuple[str, ...] = ("raise", "skip", "report")
@@ -61,7 +62,8 @@ def check_errors(errors: str) -> None:
 def resolve(selection: Selection, idx: BodyIndex, conn: sqlite3.Connection, db_path: Path) -> Positions:
     """Sorted, distinct positions into ``idx`` of the bodies ``selection`` names.
 
-    None: every body; a str: every body of that source_table; an integer array or a list
+    None: every body; a str: every body of that source_table (ValueError for a name that is
+    not a body table); an integer array or a list
     of ints: those positions (IndexError outside the index); a list of (event_id,
     source_table, direction) keys: those bodies, looked up through ``conn`` (in the read
     transaction the index was scanned in) - KeyError for a key the index does not hold."""
@@ -69,6 +71,10 @@ def resolve(selection: Selection, idx: BodyIndex, conn: sqlite3.Connection, db_p
     if selection is None:
         return np.arange(n, dtype=np.intp)
     if isinstance(selection, str):
+        # A misspelt table must not read as "no bodies": only the tables Capsem's schema lets
+        # event_body_blobs name are tables.
+        if selection not in BODY_SOURCE_TABLES:
+            raise ValueError(f"not a body table: {selection!r}; the body tables are {', '.join(BODY_SOURCE_TABLES)}")
         return np.flatnonzero(idx.source_table.equals(selection))
     if isinstance(selection, np.ndarray) or (isinstance(selection, Sequence) and len(selection)
                                               and not isinstance(selection[0], tuple)):
