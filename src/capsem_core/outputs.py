@@ -182,11 +182,13 @@ def _kind_in_the_way(dir_fd: int, name: str) -> str | None:
             else "not a regular file")
 
 
-def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None) -> None:
+def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None, *,
+                  mode: int = 0o644, durable: bool = False) -> None:
     """Write ``name`` in the directory ``dir_fd`` whole or not at all: into a fresh temporary
-    file (O_EXCL, O_NOFOLLOW), renamed over ``name`` once written. Only a regular file (or no
-    file) at ``name`` is replaced: a link, device, FIFO or directory there is a LedgerError,
-    checked before and again just before the rename. An interrupt leaves no partial file.
+    file (O_EXCL, O_NOFOLLOW, ``mode``), renamed over ``name`` once written. Only a regular
+    file (or no file) at ``name`` is replaced: a link, device, FIFO or directory there is a
+    LedgerError, checked before and again just before the rename. An interrupt leaves no
+    partial file. ``durable`` fsyncs the file before the rename and the directory after it.
     ``directory`` (the path ``dir_fd`` was opened from) only names the file in an error."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
@@ -198,16 +200,20 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
     fd = -1
     try:
         # Inside the try: an interrupt landing just after the open still removes the file.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         kind = _kind_in_the_way(dir_fd, name)
         if kind is not None:
             raise LedgerError(f"the output file became {kind} while it was written; not replaced", shown)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     except BaseException:
         if fd >= 0:
             os.close(fd)

@@ -87,7 +87,7 @@ def test_a_first_run_verifies_every_block_and_writes_a_private_record(ledger: Pa
     path = record_file(records)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(records.stat().st_mode) == 0o700
-    assert not list(records.glob(".tmp-*"))
+    assert not list(records.glob(".*.part-*"))
     # Bytes per block, not per body.
     assert path.stat().st_size == _record.HEADER_BYTES + 32 + _record.ENTRY.itemsize * len(blocks(ledger))
     assert not (ledger.parent / "verified").exists()  # nothing written beside the ledger
@@ -465,7 +465,7 @@ def test_an_interrupted_incremental_check_leaves_the_old_record_or_a_whole_new_o
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err
-        assert not list(records.glob(".tmp-*"))
+        assert not list(records.glob(".*.part-*"))
         for path in records.glob("*.record"):
             with _archive.ArchiveReader(db.with_suffix(".bodies")) as reader:
                 rec, why = _record.load(path, lambda n: _record.identity_of(reader, db, n), 10_000)
@@ -476,10 +476,24 @@ def test_an_interrupted_incremental_check_leaves_the_old_record_or_a_whole_new_o
 
 def test_a_stale_temporary_left_by_a_killed_check_is_removed_by_the_next_write(ledger: Path, records: Path) -> None:
     incremental(ledger)
-    stale, young = records / ".tmp-dead.record", records / ".tmp-busy.record"
+    name = record_file(records).name
+    stale, young = records / f".{name}.part-99998", records / f".{name}.part-99999"
     stale.write_bytes(b"partial")
     young.write_bytes(b"partial")
     os.utime(stale, (1, 1))
     append(ledger.parent, 1, seed=9000)
     assert incremental(ledger).coverage.record == "written"
     assert not stale.exists() and young.exists()
+
+
+def test_a_record_path_that_is_not_a_regular_file_is_left_alone_and_said(ledger: Path, records: Path) -> None:
+    """The record is written through the output-path policy: a FIFO (or link) where it
+    belongs is not replaced, and the check says the record was not written."""
+    incremental(ledger)
+    path = record_file(records)
+    path.unlink()
+    os.mkfifo(path)
+    report = incremental(ledger)
+    assert report.coverage.record == "not written"
+    assert "is a FIFO; refusing to replace it" in (report.coverage.warning or "")
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)

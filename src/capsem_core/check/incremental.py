@@ -37,6 +37,7 @@ from capsem_core import verify as _verify
 from capsem_core._native import _archive, _blake3
 from capsem_core.check import record as _record
 from capsem_core.check.subset import Subset
+from capsem_core.errors import LedgerError
 from capsem_core.paths import archive_path_for
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -153,9 +154,10 @@ class PendingRecord:
         (the verify's result does not depend on it)."""
         try:
             _record.save(self.path, self.identity, self.entries)
-        except OSError as exc:
+        except (OSError, LedgerError) as exc:
             self.coverage.record = "not written"
-            said = f"verification record {self.path} not written: {exc.strerror or exc}"
+            why = exc.detail if isinstance(exc, LedgerError) else exc.strerror or exc
+            said = f"verification record {self.path} not written: {why}"
             self.coverage.warning = said if self.coverage.warning is None else f"{self.coverage.warning}; {said}"
             return
         self.coverage.record = "written"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import stat
 import struct
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import numpy.typing as npt
 
 from capsem_core._native import _archive, _blake3
 from capsem_core._native._archive import BLOCK_HEADER_BYTES, FILE_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from capsem_core.outputs import PART_SUFFIX, write_file_at
 
 RECORD_DIR_ENV = "CAPSEM_CORE_VERIFIED_DIR"
 MAGIC = b"CAPSEMVR"
@@ -188,45 +188,38 @@ def encode(identity: Identity, entries: Entries) -> bytes:
 STALE_TEMPORARY_S = 3600
 
 
-def _remove_stale_temporaries(directory: Path) -> None:
+def _remove_stale_temporaries(dir_fd: int) -> None:
     """A process killed between creating its temporary and renaming it (SIGKILL, power loss)
-    leaves it behind; it is never read as a record (not a record's name), and is removed here
-    once it is an hour old (a younger one may be another check's, about to be renamed)."""
+    leaves ``.NAME.record.part-PID`` behind; it is never read as a record (not a record's
+    name), and is removed here once it is an hour old (a younger one may be another check's,
+    about to be renamed)."""
     now = time.time()
-    for tmp in directory.glob(".tmp-*.record"):
+    for name in os.listdir(dir_fd):
+        if not (name.startswith(".") and ".record" + PART_SUFFIX in name):
+            continue
         try:
-            if now - tmp.lstat().st_mtime > STALE_TEMPORARY_S:
-                tmp.unlink()
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TEMPORARY_S:
+                os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
 
 
 def save(path: Path, identity: Identity, entries: Entries) -> None:
-    """Write the record atomically: its directory (0700) made when missing, a temporary
-    file (0600) beside it written and fsynced, renamed over the old record, the directory
-    fsynced. OSError when it cannot be written; the old record is then left as it was."""
+    """Write the record through the output-path policy (``outputs.write_file_at``): its
+    directory (0700, in the user's cache) made when missing, a temporary file (0600) beside
+    it written and fsynced, renamed over the old record (a regular file only), the directory
+    fsynced. OSError or LedgerError when it cannot be written; the old record is then left
+    as it was."""
     data = encode(identity, entries)
     directory = path.parent
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _remove_stale_temporaries(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".record")
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
+        _remove_stale_temporaries(dir_fd)
+        write_file_at(dir_fd, path.name, data, directory, mode=0o600, durable=True)
     finally:
-        os.close(dfd)
+        os.close(dir_fd)
 
 
 __all__ = ["ENTRY", "HEADER_BYTES", "IDENTITY_PREFIX_BYTES", "MAGIC", "RECORD_DIR_ENV", "VERSION", "Identity",
