@@ -109,7 +109,7 @@ def test_an_interrupted_export_leaves_no_partial_file_and_resumes(tmp_path: Path
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and b"terminated" in err
+    assert proc.returncode == 143 and b"terminated" in err, err
     assert not (out / "manifest.jsonl").exists()
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no .part file left
     done = run("export", "--db", str(tmp_path / "l"), str(out))
