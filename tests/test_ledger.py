@@ -206,6 +206,18 @@ def test_delete_is_refused_while_a_writer_holds_the_ledger(tmp_path: Path) -> No
     assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
 
 
+def test_delete_is_refused_while_a_writer_whose_lock_file_was_deleted_still_writes(tmp_path: Path) -> None:
+    """The directory lock outlives the lock file: deleting the file never lets delete in."""
+    write_ledger(tmp_path)
+    with pytest.raises(errors.WriterLockLost):  # the writer's own close says its file went
+        with LedgerWriter(tmp_path):
+            (tmp_path / "session.db-writer.lock").unlink()
+            with pytest.raises(errors.WriterBusy, match="cannot be deleted while it is written"):
+                delete_ledger(tmp_path)
+            assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
+    assert (tmp_path / "session.db").exists() and (tmp_path / "session.bodies").exists()
+
+
 def test_verify_reports_a_damaged_body_by_event_and_block(tmp_path: Path) -> None:
     write_ledger(tmp_path, count=8, flushes=1)
     with Ledger(tmp_path) as ledger:

@@ -85,20 +85,19 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
 
 
 def delete_ledger(directory: os.PathLike[str] | str) -> None:
-    """Delete session.db, session.bodies and the SQLite / writer sidecars as one unit."""
-    import fcntl
+    """Delete session.db, session.bodies and the SQLite / writer sidecars as one unit, holding
+    both of a writer's locks (the directory's and Capsem's lock file, ``writer.lock``) while it
+    does: WriterBusy, and nothing deleted, while any writer holds either, even one whose lock
+    file was deleted under it."""
+    # Imported here: the writer package is not loaded by readers that never delete.
+    from capsem_core.writer.lock import WriterLock
 
     d = Path(directory)
     db_path = d / SESSION_DB
-    lock_path = Path(str(db_path) + "-writer.lock")
-    lock_fd = None
-    if lock_path.exists():
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise WriterBusy("ledger has a writer; it cannot be deleted while it is written", db_path) from None
+    try:
+        lock = WriterLock.take(db_path, 0.0)
+    except WriterBusy:
+        raise WriterBusy("ledger has a writer; it cannot be deleted while it is written", db_path) from None
     try:
         for p in (d / SESSION_BODIES, db_path, *(Path(str(db_path) + s) for s in SIDECAR_SUFFIXES)):
             try:
@@ -107,8 +106,7 @@ def delete_ledger(directory: os.PathLike[str] | str) -> None:
                 pass
         _fsync_path(d, directory=True)
     finally:
-        if lock_fd is not None:
-            os.close(lock_fd)
+        lock.release()
 
 
 __all__ = ["SIDECAR_SUFFIXES", "copy_pair", "delete_ledger"]
