@@ -149,6 +149,15 @@ def test_an_unknown_body_is_a_key_error(tmp_path: Path) -> None:
         ledger.read_body("ffffffffffff", "net_events", "request")
 
 
+@pytest.mark.parametrize(("table", "direction", "named"), [("no_such_table", "request", "body table"),
+                                                           ("net_events", "sideways", "body direction")])
+def test_a_table_or_direction_no_body_can_have_is_a_value_error_not_a_missing_body(
+        tmp_path: Path, table: str, direction: str, named: str) -> None:
+    write_ledger(tmp_path)
+    with Ledger(tmp_path) as ledger, pytest.raises(ValueError, match=f"not a {named}"):
+        ledger.read_body(_event_id(0), table, direction)
+
+
 def test_a_copy_leaves_the_torn_tail_behind_and_passes_quick_check(tmp_path: Path) -> None:
     bodies = write_ledger(tmp_path / "a")
     committed = os.path.getsize(tmp_path / "a" / "session.bodies")

@@ -39,15 +39,17 @@ def listing(root: Path) -> set[Path]:
 
 
 @pytest.mark.parametrize("output", ["", ".", "..", "/", "x/..", "x/.", "//", "sub/../.."])
-def test_body_o_refuses_a_name_that_is_empty_or_resolves_to_a_directory_in_one_line(
+def test_body_o_refuses_a_name_that_is_empty_or_resolves_to_a_directory_as_a_usage_error(
         ledger: Path, tmp_path: Path, output: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "sub").mkdir()
     before = listing(work)
     code, out, err = body_to(ledger, output, work)
-    assert code == 1 and out == b"", err
-    assert err.startswith("capsem-ledger body: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert code == 2 and out == b"", err
+    last = err.rstrip("\n").split("\n")[-1]
+    assert err.startswith("usage: capsem-ledger body") and "Traceback" not in err
+    assert last.startswith("capsem-ledger body: error: argument -o/--output: "), last
     assert listing(work) == before
 
 
@@ -122,11 +124,12 @@ def test_body_o_refuses_a_directory_and_a_link(ledger: Path, tmp_path: Path) -> 
     assert code == 1 and "symbolic link" in err and (tmp_path / "link").is_symlink()
 
 
-def test_export_refuses_an_empty_directory_name_and_writes_nothing_here(ledger: Path, tmp_path: Path) -> None:
+def test_export_refuses_an_empty_directory_name_as_a_usage_error_and_writes_nothing_here(
+        ledger: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     done = run("export", "--db", str(ledger), "", cwd=str(work))
-    assert done.returncode == 1 and b"empty" in done.stderr and list(work.iterdir()) == []
+    assert done.returncode == 2 and b"empty" in done.stderr and list(work.iterdir()) == []
 
 
 def test_export_creates_its_directory_but_never_a_missing_parent(ledger: Path, tmp_path: Path) -> None:

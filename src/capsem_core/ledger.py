@@ -185,12 +185,14 @@ class Ledger:
     def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
         """The verified bytes of one body (segment hashes and the body hash checked).
 
-        Raises KeyError when the index has no such body; BodyHashMismatch, IntegrityError or
+        Raises ValueError for a table or direction no body can have; KeyError when the index
+        has no such body; BodyHashMismatch, IntegrityError or
         another ArchiveError (naming the block and, where one is at fault, the segment) when
         the archive does not hold what the index says; LedgerError for a malformed index row
         or a closed ledger. Costs one indexed lookup and inflating the body's block up to the
         body's end (a later body of the same block reuses what is already inflated).
         """
+        _bulk.check_body_key(source_table, direction)
         rows = self._query(
             "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
             "WHERE event_id = ? AND source_table = ? AND direction = ?",

@@ -339,9 +339,12 @@ def test_a_session_word_that_cannot_name_a_session_is_refused_before_anything_is
     argv = {"export": ["export", "--", word, "out"], "body": ["body", "--", world.event_id, word]}.get(
         command, [command, "--", word])
     outcome = assert_contract(world, run, argv)
-    assert outcome.code == 1, (argv[:3], outcome.err[:300])
+    assert outcome.code == 2, (argv[:3], outcome.err[:300])
     assert outcome.out == "", outcome.out[:300]
-    assert outcome.err.startswith(f"capsem-ledger {command}: refusing session "), outcome.err[:300]
+    assert outcome.err.startswith(f"usage: capsem-ledger {command}"), outcome.err[:300]
+    last = outcome.err.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"capsem-ledger {command}: error: argument SESSION: "), last[:300]
+    assert "cannot name a session" in last, last[:300]
 
 
 @pytest.mark.parametrize("argv", [

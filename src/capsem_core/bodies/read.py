@@ -28,7 +28,7 @@ from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.bodies.columns import Positions
 from capsem_core.errors import LedgerError
 from capsem_core.format import MAX_BLOCK_RAW_BYTES
-from capsem_core.schema.vocabulary import BODY_SOURCE_TABLES
+from capsem_core.schema.vocabulary import BODY_DIRECTIONS, BODY_SOURCE_TABLES
 
 Errors = Literal["raise", "skip", "report"]
 ERRORS: tuple[str, ...] = ("raise", "skip", "report")
@@ -59,6 +59,21 @@ def check_errors(errors: str) -> None:
         raise ValueError(f"errors is one of {', '.join(ERRORS)}, not {errors!r}")
 
 
+def check_body_table(name: object) -> str:
+    """``name`` when it is a table Capsem's schema lets event_body_blobs name, else ValueError
+    listing them: a misspelt table must never read as "no bodies"."""
+    if name not in BODY_SOURCE_TABLES:
+        raise ValueError(f"not a body table: {name!r}; the body tables are {', '.join(BODY_SOURCE_TABLES)}")
+    return str(name)
+
+
+def check_body_key(source_table: object, direction: object) -> None:
+    """ValueError for a table or a direction no body can have (see ``check_body_table``)."""
+    check_body_table(source_table)
+    if direction not in BODY_DIRECTIONS:
+        raise ValueError(f"not a body direction: {direction!r}; the directions are {', '.join(BODY_DIRECTIONS)}")
+
+
 def resolve(selection: Selection, idx: BodyIndex, conn: sqlite3.Connection, db_path: Path) -> Positions:
     """Sorted, distinct positions into ``idx`` of the bodies ``selection`` names.
 
@@ -71,10 +86,7 @@ def resolve(selection: Selection, idx: BodyIndex, conn: sqlite3.Connection, db_p
     if selection is None:
         return np.arange(n, dtype=np.intp)
     if isinstance(selection, str):
-        # A misspelt table must not read as "no bodies": only the tables Capsem's schema lets
-        # event_body_blobs name are tables.
-        if selection not in BODY_SOURCE_TABLES:
-            raise ValueError(f"not a body table: {selection!r}; the body tables are {', '.join(BODY_SOURCE_TABLES)}")
+        check_body_table(selection)
         return np.flatnonzero(idx.source_table.equals(selection))
     if isinstance(selection, np.ndarray) or (isinstance(selection, Sequence) and len(selection)
                                               and not isinstance(selection[0], tuple)):

@@ -91,7 +91,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if _Parser.json_wanted:
             _write_json_error(self.prog.removeprefix("capsem-ledger").strip() or None, message, 2)
-        super().error(message)
+        # argparse quotes what it was given (an unknown option, a bad choice): escaped here,
+        # once, for every usage error.
+        super().error(sanitize(message))
 
 
 def _json_in(argv: Sequence[str]) -> bool:
@@ -128,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         if args is None:
             raise
-        args._parser.error(sanitize(exc))  # exit 2 after the usage line (and JSON with --json)
+        args._parser.error(str(exc))  # exit 2 after the usage line (and JSON with --json)
         raise  # unreachable: error() exits
     except LedgerError as exc:
         return _fail(args, str(exc), exc.path)

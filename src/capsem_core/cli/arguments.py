@@ -9,8 +9,11 @@ from pathlib import Path
 
 from capsem_core import sessions
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
+from capsem_core.outputs import STDOUT, check_output_name
 from capsem_core.paths import SESSION_DB
+from capsem_core.sessions.home import session_word_problem
 
 
 # The largest count any option takes: SQLite's and numpy's int64, so no value the parser
@@ -54,6 +57,39 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+def _shown(text: str) -> str:
+    return sanitize(text if len(text) <= 60 else text[:60] + "...")
+
+
+def session_argument(text: str) -> str:
+    """SESSION (argparse type): a word that may name a session directory, an id or a named
+    VM's name. Anything else is a usage error said before any output (with a ``--db`` hint
+    when the word is a ledger directory on disk)."""
+    problem = session_word_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"'{_shown(text)}' cannot name a session: {problem}{db_hint(text)}")
+    return text
+
+
+def output_argument(what: str, *, stdout: bool = False) -> Callable[[str], str]:
+    """An argparse type of a path a command writes (``outputs.check_output_name``'s rule:
+    never empty, never naming ``.``, ``..`` or ``/``); with ``stdout``, ``-`` is standard
+    output. A bad name is a usage error, said before the ledger is read."""
+
+    def parse(text: str) -> str:
+        if stdout and text == STDOUT:
+            return text
+        try:
+            check_output_name(text, what)
+        except LedgerError as exc:
+            where = "" if exc.path is None else f"{_shown(str(exc.path))}: "
+            raise argparse.ArgumentTypeError(where + exc.detail) from None
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
 def db_argument(path: Path) -> Path:
     """``--db`` names session.db, or the ledger directory holding it."""
     try:
@@ -78,7 +114,7 @@ def db_hint(word: str | None) -> str:
 
 def add_ledger_target(parser: argparse.ArgumentParser) -> None:
     """The ``SESSION`` / ``--db PATH`` pair of a command that reads one ledger."""
-    parser.add_argument("session", nargs="?", metavar="SESSION",
+    parser.add_argument("session", nargs="?", metavar="SESSION", type=session_argument,
                         help="session id, or a named VM's name (default: the latest session in main.db)")
     parser.add_argument("--db", type=path_argument, metavar="PATH",
                         help="read this session.db, or the ledger directory holding it, directly (main.db is not "
@@ -104,4 +140,5 @@ def ledger_target(args: argparse.Namespace) -> Path:
         raise type(exc)(exc.detail + hint, exc.path) from None
 
 
-__all__ = ["MAX_COUNT", "add_ledger_target", "counted", "path_argument", "db_argument", "db_hint", "ledger_target", "whole_number"]
+__all__ = ["MAX_COUNT", "add_ledger_target", "counted", "db_argument", "db_hint", "ledger_target", "output_argument",
+           "path_argument", "session_argument", "whole_number"]

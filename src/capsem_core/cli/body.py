@@ -14,11 +14,11 @@ import argparse
 import sys
 
 from capsem_core.check.opening import refuse_symlinks
-from capsem_core.cli.arguments import add_ledger_target, ledger_target
+from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
-from capsem_core.outputs import STDOUT, check_output_name, write_output
+from capsem_core.outputs import STDOUT, write_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_ledger_target(parser)
     parser.add_argument("--table", metavar="T", help="the body's source table (when the event has several bodies)")
     parser.add_argument("--direction", metavar="D", help="the body's direction: request, response, stdout, ...")
-    parser.add_argument("-o", "--output", metavar="FILE",
+    parser.add_argument("-o", "--output", metavar="FILE", type=output_argument("output file", stdout=True),
                         help="write the bytes to FILE (a regular file is replaced whole; a device or a FIFO is "
                              "written into; never through a link, never creating a directory); '-' is stdout")
 
@@ -50,8 +50,6 @@ def _write_stdout(data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output is not None and args.output != STDOUT:
-        check_output_name(args.output, "output file")  # before the ledger is read: nothing half-done
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
     with Ledger(db_path, block_cache_bytes=0) as ledger:

@@ -24,7 +24,7 @@ from capsem_core.check.report import Table, Value
 from capsem_core.check.route import SessionRoute
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli import fleet
-from capsem_core.cli.arguments import db_argument, db_hint, path_argument, whole_number
+from capsem_core.cli.arguments import db_argument, db_hint, path_argument, session_argument, whole_number
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import SessionRow, recent_sessions
@@ -33,7 +33,7 @@ RECENT_SESSIONS = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", nargs="?", metavar="SESSION",
+    parser.add_argument("session", nargs="?", metavar="SESSION", type=session_argument,
                         help="session id, or a named VM's name (default: the latest session in main.db)")
     parser.add_argument("-n", "--rows", type=whole_number, default=5, metavar="N",
                         help="preview rows per table (default 5)")

@@ -23,10 +23,10 @@ import numpy as np
 from capsem_core._native import _blake3
 from capsem_core.bodies import BodyIndex
 from capsem_core.check.opening import refuse_symlinks
-from capsem_core.cli.arguments import add_ledger_target, ledger_target
+from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
-from capsem_core.outputs import check_output_name, export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
+from capsem_core.outputs import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
 
 MANIFEST = "manifest.jsonl"
 _READ_CHUNK = 1 << 20
@@ -34,7 +34,7 @@ _READ_CHUNK = 1 << 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_ledger_target(parser)
-    parser.add_argument("directory", metavar="DIR",
+    parser.add_argument("directory", metavar="DIR", type=output_argument("output directory"),
                         help="where the bodies go (created if missing; its parent must exist; '' is refused)")
 
 
@@ -64,7 +64,6 @@ def _names(idx: BodyIndex) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_name(args.directory, "output directory")  # before the ledger is read
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
     dir_fd = open_output_dir(args.directory, create=True)

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import TextIO
 
+from capsem_core.cli.arguments import session_argument
 from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.sessions import SessionRef, SessionTotals, home_layout, resolve_session, rollup
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", nargs="?", default=None,
+    parser.add_argument("session", nargs="?", default=None, type=session_argument, metavar="SESSION",
                         help="session id or VM name (default: the latest session in main.db)")
     parser.add_argument("--json", action="store_true", help="print the totals as JSON")
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 import warnings
 
-from capsem_core.cli.arguments import counted
+from capsem_core.cli.arguments import counted, output_argument
 from capsem_core.outputs import prepare_output_dir
 from capsem_core.sample import MIXES, parse_size, write_sample_home, write_sample_ledger
 from capsem_core.sample.units import MIB
@@ -36,7 +36,7 @@ def _size_arg(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``capsem-ledger sample``."""
-    parser.add_argument("directory", metavar="DIR",
+    parser.add_argument("directory", metavar="DIR", type=output_argument("sample directory"),
                         help="ledger directory to write, created if missing (its parent must exist; with --home: the CAPSEM_HOME to lay "
                              "out); an existing ledger or main.db there is never overwritten")
     parser.add_argument("--seed", type=counted(0, 2**64 - 1), default=0, help="generation seed (same seed, same bytes); default 0")
@@ -55,8 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
-    if not args.directory:
-        raise UsageError("DIR is empty: name the directory to write (\"\" is not the current directory)")
     if args.home and args.raw_bytes is not None:
         raise UsageError("--raw-bytes applies to one ledger, not to --home")
     prepare_output_dir(args.directory, "sample directory")

@@ -193,21 +193,6 @@ class BodyArchiveWriter:
         return None if self._block_offset < 0 else self._block_offset
 
     @property
-    def block_raw_len(self) -> int:
-        """Raw bytes staged into the open block (0 when none is open)."""
-        return self._block_raw
-
-    @property
-    def written_raw_len(self) -> int:
-        """Raw bytes of the open block already carried by written segments."""
-        return self._written_raw
-
-    @property
-    def pending_raw_len(self) -> int:
-        """Raw bytes staged since the last segment (what the next segment will carry)."""
-        return self._block_raw - self._written_raw
-
-    @property
     def wants_close(self) -> bool:
         """The open block has reached the 1 MiB target and should be closed."""
         return self._block_raw >= TARGET_BLOCK_BYTES

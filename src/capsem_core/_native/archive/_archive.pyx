@@ -99,10 +99,6 @@ def parse_segment_header(const uint8_t[::1] head not None, unsigned long long at
     return h.flags, h.raw_start, h.raw_len, h.comp_len, bytes(h.hash[:32])
 
 
-def has_sync_tail(const uint8_t[::1] payload not None):
-    return bool(capsem_has_sync_tail(&payload[0] if payload.shape[0] else NULL, payload.shape[0]))
-
-
 # --- errors -----------------------------------------------------------------------------
 
 ArchiveFault = collections.namedtuple("ArchiveFault", "code kind at text")

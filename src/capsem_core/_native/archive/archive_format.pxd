@@ -28,4 +28,3 @@ cdef extern from "archive_format.h" nogil:
     capsem_status capsem_parse_block_header(const uint8_t *buf, size_t avail, uint8_t *codec)
     capsem_status capsem_parse_segment_header(const uint8_t *buf, size_t avail, uint32_t expected_raw_start,
                                               capsem_segment_header *out)
-    int capsem_has_sync_tail(const uint8_t *payload, size_t len)
