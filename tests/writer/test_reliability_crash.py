@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import sqlite3
 import time
@@ -40,6 +41,9 @@ KILL_SEED = int(os.environ.get("CAPSEM_CRASH_SEED", "20261130"))
 # every few milliseconds). scripts/sanitize raises it: under ASan a child starts far slower.
 MAX_LIFE_S = float(os.environ.get("CAPSEM_CRASH_MAX_LIFE", "0.12"))
 EVENTS_PER_FLUSH = 3
+# The share of kills that wait for the child's first flush before the random delay.
+KILLED_AFTER_A_FLUSH = 0.6
+FIRST_FLUSH_LIMIT_S = 300.0
 
 
 def body_for(generation: int, i: int, large: bool) -> bytes:
@@ -93,6 +97,20 @@ class Chain:
     early_kills: int = 0
 
 
+def _first_report(rfd: int) -> bytes:
+    """What the child wrote up to its first line: its first flush reported (or an error, or
+    nothing when it died first). Blocks until then, however slow the machine is."""
+    got = b""
+    while b"\n" not in got:
+        # A bound only a hung child reaches (a flush takes milliseconds): fail, never hang.
+        assert select.select([rfd], [], [], FIRST_FLUSH_LIMIT_S)[0], "the writer never flushed"
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def _run_child(chain: Chain, rng: random.Random) -> None:
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -101,10 +119,16 @@ def _run_child(chain: Chain, rng: random.Random) -> None:
         _child(chain.directory, chain.generation, chain.closing, wfd)
         os._exit(0)
     os.close(wfd)
+    chunks = []
+    # Most kills land after the child has flushed once (it said so), at a random point of the
+    # flush cycles that follow; the rest at a random point from its start (open, schema,
+    # the first flush). Waiting for the report, not for a time, keeps that share whatever the
+    # load beside the test.
+    if rng.random() < KILLED_AFTER_A_FLUSH:
+        chunks.append(_first_report(rfd))
     time.sleep(rng.uniform(0, MAX_LIFE_S))
     os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    chunks = []
     while chunk := os.read(rfd, 65536):
         chunks.append(chunk)
     os.close(rfd)
