@@ -27,6 +27,7 @@ import pytest
 
 from capsem_core import sessions as S
 from capsem_core.sessions import vmnames
+from capsem_core.cli.sessions import list_lines
 from capsem_core.format import pack_file_header
 
 SESSIONS = 100_000
@@ -102,7 +103,7 @@ def ours(layout: S.Home, *argv: str) -> Callable[[], str]:
         items = S.list_sessions(S.ListFilter(limit=args.n, with_model=args.with_model, with_db=args.with_db,
                                              with_net=args.with_net, with_tools=args.with_tools,
                                              min_cost=args.min_cost, status=args.status), home=layout)
-        out.write("\n".join(S.format_list(items)) + "\n")
+        out.write("\n".join(list_lines(items)) + "\n")
         return out.getvalue()
     return go
 
@@ -142,7 +143,7 @@ def baseline(layout: S.Home, *argv: str) -> Callable[[], str]:
             items.append(S.ListedSession(S.SessionRow.from_tuple(r), name, d, has))
             if len(items) >= args.n:
                 break
-        return "\n".join(S.format_list(items)) + "\n"
+        return "\n".join(list_lines(items)) + "\n"
     return go
 
 

@@ -8,7 +8,9 @@ names itself their module, so tracebacks and pickles say ``capsem_core.errors``.
 the problem is in, ``.detail`` is the message without it, and ``str()`` is
 ``"<path>: <message>"``.
 
-``WriterLockLost`` is the one class defined here: only the Python writer raises it.
+``WriterLockLost`` is the one exception defined here: only the Python writer raises it.
+``LedgerWarning`` is the category of what the library warns about through ``warnings``
+(the library never prints; the command line shows each warning as one escaped line).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ __all__ = [
     "LedgerError", "ArchiveError", "BadFileHeader", "BadBlockHeader", "UnsupportedCodec", "BadSegment",
     "IntegrityError", "InflateError", "TruncatedBlock", "RefOutOfRange", "BodyHashMismatch", "SymlinkRefused",
     "SchemaMismatch", "WriterBusy", "WriterPoisoned", "BodyTooLarge", "BlockFull", "RowRejected",
-    "CursorError", "WriterLockLost",
+    "CursorError", "WriterLockLost", "LedgerWarning",
 ]
 
 for _cls in _errors.EXCEPTIONS:
@@ -52,3 +54,7 @@ class WriterLockLost(WriterBusy):
     """A running writer's lock file was deleted or replaced: it stops before writing again.
 
     A WriterBusy, because another writer may now hold the ledger."""
+
+
+class LedgerWarning(UserWarning):
+    """Something worth saying that stops nothing: a damaged VM-name sidecar ignored, say."""

@@ -20,6 +20,7 @@ import pytest
 from capsem_core import check, cli, db, sessions
 from capsem_core.check import check_ledger
 from capsem_core.cli import app as cli_app
+from capsem_core.cli.check_text import render_text
 from capsem_core.errors import SymlinkRefused
 from capsem_core.writer import Body, LedgerWriter
 
@@ -403,8 +404,8 @@ def test_json_findings_carry_code_severity_message_count_and_location(ledger: Pa
 def test_the_report_is_coloured_only_when_asked(ledger: Path) -> None:
     # Whether colour is wanted (a terminal, NO_COLOR) is cli.terminal's rule, tested there.
     report = check_ledger(ledger)
-    assert "\033[32m  Ledger pages intact (quick_check)\033[0m" in check.render_text(report, colour=True)
-    assert "\033" not in check.render_text(report, colour=False)
+    assert "\033[32m  Ledger pages intact (quick_check)\033[0m" in render_text(report, colour=True)
+    assert "\033" not in render_text(report, colour=False)
 
 
 # --- target resolution ----------------------------------------------------------------------------
@@ -465,12 +466,13 @@ def test_capsem_run_dir_moves_the_ledgers(home: Path, tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize("word", ["../../etc", "..", "a/b", ".hidden", "-rf"])
-def test_ids_that_could_escape_the_run_directory_are_refused(home: Path, capsys, word: str) -> None:
-    code, out, err = run_cli(capsys, "--", word) if word.startswith("-") else run_cli(capsys, word)
-    assert code == 1
-    assert "refusing session" in err
-    assert err.count("\n") == 1
-    assert "Session:" not in out
+def test_ids_that_could_escape_the_run_directory_are_a_usage_error(home: Path, capsys, word: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(capsys, "--", word) if word.startswith("-") else run_cli(capsys, word)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2
+    assert err.startswith("usage: ") and "cannot name a session" in err.splitlines()[-1]
+    assert out == ""
 
 
 def test_an_unknown_session_is_session_db_not_found(home: Path, capsys) -> None:
@@ -579,9 +581,11 @@ def test_a_ledger_directory_given_as_session_hints_at_db_and_db_takes_the_direct
                                                                                     monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "no-home"))
     directory = str(ledger.parent)
-    code, out, err = run_cli(capsys, directory)
-    assert code == 1 and out == ""
-    assert err.count("\n") == 1 and err.rstrip("\n").endswith(f"; did you mean --db {directory}?")
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(capsys, directory)
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert err.rstrip("\n").endswith(f"; did you mean --db {directory}?")
     code, out, err = run_cli(capsys, "--db", directory)
     assert code == 0, err
     assert f"  {ledger}" in out.splitlines()

@@ -500,7 +500,9 @@ def test_the_progress_bar_draws_bytes_bodies_and_speed_on_a_terminal(tmp_path: P
 
     stream = io.StringIO()
     stream.isatty = lambda: True  # type: ignore[method-assign]
-    bar = check.VerifyProgressBar(stream)
+    from capsem_core.cli.progress import VerifyProgressBar
+
+    bar = VerifyProgressBar(stream)
     bar.begin(4 << 20, 100)
     bar(2 << 20, 50)
     bar.end()

@@ -23,7 +23,8 @@ from tests.cli.ledger_cli import run_argv_on_a_terminal
 from tests.check.test_check import TRACE, _bytes
 
 from capsem_core import check
-from capsem_core.check import check_ledger, render_text
+from capsem_core.check import check_ledger
+from capsem_core.cli.check_text import PREVIEW_CELL_CHARS, render_text
 from capsem_core.cli.terminal import Style
 from capsem_core.writer import Body, LedgerWriter
 
@@ -185,7 +186,7 @@ def test_table_columns_stay_aligned_after_escaping(hostile: Path) -> None:
     # Preview cells are cut after escaping: no cell is longer than the limit.
     start = next(i for i, line in enumerate(lines) if line.startswith("net_events ("))
     rule = lines[start + 2]
-    assert max(len(d) for d in rule.split()) <= check.PREVIEW_CELL_CHARS
+    assert max(len(d) for d in rule.split()) <= PREVIEW_CELL_CHARS
 
 
 def test_text_output_with_colour_on_holds_only_styles_own_escape_codes(hostile: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from capsem_core import sessions as S
 from capsem_core.cli import list as list_command
+from capsem_core.cli import sessions as forms
 from capsem_core.sessions import listing
 from capsem_core.errors import SchemaMismatch
 from capsem_core.format import pack_file_header
@@ -262,7 +263,7 @@ def test_header_rule_row_and_footer_are_exact(home: S.Home) -> None:
     ("2026-03-27T15:44:18", "2026-03-27T15:44:28Z", "stopped", "?"),  # naive minus aware
 ])
 def test_duration_rules(created: str | None, stopped: str | None, status: str | None, want: str) -> None:
-    assert S.format_duration(created, stopped, status) == want
+    assert forms.format_duration(created, stopped, status) == want
 
 
 @pytest.mark.parametrize("created, want", [
@@ -274,7 +275,7 @@ def test_duration_rules(created: str | None, stopped: str | None, status: str | 
     (None, ""),
 ])
 def test_created_is_month_day_and_time_or_the_raw_prefix(created: str | None, want: str) -> None:
-    assert S.format_created(created) == want
+    assert forms.format_created(created) == want
 
 
 def test_every_cell_of_a_row(home: S.Home) -> None:

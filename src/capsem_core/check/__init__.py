@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from capsem_core.check.archive import BODY_INDEX_TABLES, MAX_EXTENT_BYTES
 from capsem_core.check.opening import READ_MMAP_BYTES, SQLITE_MAGIC
-from capsem_core.check.render import PREVIEW_CELL_CHARS, PROBLEMS_SHOWN, QUICK_CHECK_LINES_SHOWN, render_text
 from capsem_core.check.report import (
     CHECKS,
     ERROR,
@@ -44,12 +43,12 @@ from capsem_core.check.report import (
 from capsem_core.check.route import SessionRoute
 from capsem_core.check.run import check_ledger
 from capsem_core.check.sql_checks import EXPECTED_TABLES, MODEL_NULL_CHECKS, PREVIEW_COLUMNS, PROVIDER_DOMAIN_PATTERNS
-from capsem_core.check.verify import ProgressCallback, VerifyProgressBar
+from capsem_core.check.verify import ProgressCallback
 
 __all__ = [
     "BODY_INDEX_TABLES", "CHECKS", "ERROR", "EXPECTED_TABLES", "FAIL", "JSON_FORMAT", "JSON_VERSION",
-    "MAX_EXTENT_BYTES", "MAX_FINDINGS_PER_CHECK", "MODEL_NULL_CHECKS", "NOTE", "OK", "PREVIEW_CELL_CHARS",
-    "PREVIEW_COLUMNS", "PROBLEMS_SHOWN", "PROVIDER_DOMAIN_PATTERNS", "QUICK_CHECK_LINES_SHOWN", "READ_MMAP_BYTES",
+    "MAX_EXTENT_BYTES", "MAX_FINDINGS_PER_CHECK", "MODEL_NULL_CHECKS", "NOTE", "OK",
+    "PREVIEW_COLUMNS", "PROVIDER_DOMAIN_PATTERNS", "READ_MMAP_BYTES",
     "SKIPPED", "SQLITE_MAGIC", "SessionRoute", "WARN", "WARNING", "CheckReport", "CheckResult", "Finding", "ProgressCallback",
-    "Table", "VerifyProgressBar", "check_ledger", "render_text", "report_to_json",
+    "Table", "check_ledger", "report_to_json",
 ]

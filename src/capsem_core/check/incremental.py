@@ -122,23 +122,6 @@ class Coverage:
                 "oldest_unchanged_verified_at": None if self.oldest_unchanged is None
                 else timestamp(self.oldest_unchanged)}
 
-    def describe(self, matched: int) -> str | None:
-        """The verify line of a partial verify, ``matched`` being the bodies read back that
-        matched their hashes: "325 bodies proven unchanged, 0 read back", "... 25 read back
-        (25 match their hashes), 300 skipped"; None for a whole verify, whose line is
-        "matched/bodies read back and match their hashes". A count of bodies read back over
-        all bodies would read as damage when most were proven unchanged or skipped."""
-        if not self.incremental and self.subset is None:
-            return None
-        read = self.verified.bodies
-        parts = [f"{self.unchanged.bodies:,} proven unchanged"] if self.incremental else []
-        parts.append(f"{read:,} read back" + (f" ({matched:,} match their hashes)" if read else ""))
-        if self.subset is not None:
-            parts.append(f"{self.skipped.bodies:,} skipped")
-        head, _, rest = parts[0].partition(" ")
-        parts[0] = f"{head} bod{'y' if head == '1' else 'ies'} {rest}"
-        return ", ".join(parts)
-
 
 @dataclass(slots=True)
 class PendingRecord:

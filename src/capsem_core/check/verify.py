@@ -1,4 +1,4 @@
-"""The --verify-bodies step of the report, and the progress bar the CLI shows meanwhile.
+"""The --verify-bodies step of the report.
 
 Every body is read back through its segments' hashes and its own by the native kernel, over
 the index the archive check already scanned (``BodyIndex``), and each failure becomes a
@@ -11,20 +11,14 @@ index and the file in agreement (``run.py``).
 from __future__ import annotations
 
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
 
 from capsem_core import verify as _verify
 from capsem_core.check.archive import BodyIndex
 from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions, verify_part
 from capsem_core.check.report import ERROR, CheckResult, Finding
 from capsem_core.verify import BodyFault
-from capsem_core.cli.terminal import colour_wanted
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
 
 # ``progress(bytes_done, bodies_done)`` while --verify-bodies reads bodies back. A callback that
 # also has ``begin(total_bytes, total_bodies)`` and ``end()`` methods is told the totals first
@@ -68,39 +62,4 @@ def body_finding(fault: BodyFault) -> Finding:
     return Finding(fault.kind, ERROR, fault.message, location=location)
 
 
-class VerifyProgressBar:
-    """A rich progress bar on stderr for --verify-bodies: bytes, bodies and throughput."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self._stream = stream if stream is not None else sys.stderr
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
-        self._total_bodies = 0
-
-    def begin(self, total_bytes: int, total_bodies: int) -> None:
-        # rich on first use: only a verify on a terminal draws a bar.
-        from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                   TransferSpeedColumn)
-
-        self._total_bodies = total_bodies
-        self._progress = Progress(
-            TextColumn("verifying"), BarColumn(), DownloadColumn(),
-            TextColumn("{task.fields[bodies]:,}/{task.fields[total_bodies]:,} bodies"),
-            TransferSpeedColumn(), TimeRemainingColumn(),
-            console=Console(file=self._stream, no_color=not colour_wanted(self._stream)), transient=True)
-        self._task = self._progress.add_task("verify", total=max(total_bytes, 1), bodies=0,
-                                             total_bodies=total_bodies)
-        self._progress.start()
-
-    def __call__(self, bytes_done: int, bodies_done: int) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=bytes_done, bodies=bodies_done)
-
-    def end(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
-__all__ = ["SKIPPED_UNTIL_AGREE", "ProgressCallback", "VerifyProgressBar", "body_finding", "verify_bodies"]
+__all__ = ["SKIPPED_UNTIL_AGREE", "ProgressCallback", "body_finding", "verify_bodies"]

@@ -16,8 +16,9 @@ import json
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
 from capsem_core.cli.errors import Terminated, UsageError
@@ -78,6 +79,12 @@ class _VersionAction(argparse.Action):
 WRITING_COMMANDS = frozenset(("sample", "rollup", "export"))
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """A library warning as one escaped line on stderr (never Python's file:line form)."""
+    print(f"capsem-ledger: warning: {sanitize(message)}", file=sys.stderr if file is None else file)
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
@@ -118,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
+        warnings.showwarning = _show_warning
         words = sys.argv[1:] if argv is None else list(argv)
         _Parser.json_wanted = _json_in(words)
         args, extra = build_parser().parse_known_args(words)

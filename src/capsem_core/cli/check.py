@@ -12,22 +12,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from capsem_core import sessions
-from capsem_core.check import VerifyProgressBar, check_ledger, render_text, report_to_json
+from capsem_core.check import check_ledger, report_to_json
 from capsem_core.check.incremental import VerifyOptions, parse_duration
 from capsem_core.check.opening import refuse_symlinks
 from capsem_core.check.subset import Subset
-from capsem_core.check.report import Table, Value
 from capsem_core.check.route import SessionRoute
+from capsem_core.cli.check_text import render_text
 from capsem_core.cli.errors import UsageError
+from capsem_core.cli.progress import VerifyProgressBar
 from capsem_core.cli import fleet
 from capsem_core.cli.arguments import db_argument, db_hint, path_argument, session_argument, whole_number
-from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
+from capsem_core.cli.sessions import recent_json, recent_lines
+from capsem_core.cli.terminal import colour_wanted
 from capsem_core.errors import LedgerError
-from capsem_core.sessions.maindb import SessionRow, recent_sessions
+from capsem_core.sessions.maindb import recent_sessions
 
 RECENT_SESSIONS = 5
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json and main_db.exists():
             recent = recent_sessions(main_db, RECENT_SESSIONS)
             if recent:
-                _print_sessions(recent, False, out_colour)
+                sys.stdout.write("\n".join(recent_lines(recent, False, out_colour)) + "\n")
         db_path = ref.db_path
         route = SessionRoute(main_db, ref.id)
 
@@ -144,46 +145,12 @@ def _list_sessions(as_json: bool, out_colour: bool) -> int:
         raise LedgerError("No sessions found")
     if as_json:
         sys.stdout.write(json.dumps({"format": "capsem-ledger-sessions", "version": 1, "main_db": str(main_db),
-                                     "sessions": [_session_json(r) for r in recent]}, indent=2) + "\n")
+                                     "sessions": [recent_json(r) for r in recent]}, indent=2) + "\n")
     else:
-        _print_sessions(recent, True, out_colour)
+        sys.stdout.write("\n".join(recent_lines(recent, True, out_colour)) + "\n")
     return 0
 
 
-
-
-def _session_table(rows: Sequence[SessionRow], with_usage: bool) -> Table:
-    columns = ["id", "mode", "status", "created_at", "requests", "in_tokens", "out_tokens", "cost"]
-    if with_usage:
-        columns += ["tools", "files"]
-    out: list[list[Value]] = []
-    for r in rows:
-        # Strings from main.db are data, not trusted text (capsem_core.cli.terminal).
-        line: list[Value] = [sanitize(r.id), sanitize(r.mode), sanitize(r.status), sanitize(r.created_at),
-                             f"{r.allowed_requests}/{r.total_requests}",
-                             r.total_input_tokens, r.total_output_tokens, f"${r.total_estimated_cost:.4f}"]
-        if with_usage:
-            line += [r.total_tool_calls, r.total_file_events]
-        out.append(line)
-    return Table(columns, out)
-
-
-def _print_sessions(rows: Sequence[SessionRow], with_usage: bool, colour: bool) -> None:
-    s = Style(colour)
-    out = ["", s("bold", "Recent sessions:")]
-    table = _session_table(rows, with_usage)
-    render_table(out, s, table.columns, table.rows)
-    sys.stdout.write("\n".join(out) + "\n")
-
-
-def _session_json(row: SessionRow) -> dict[str, Value]:
-    # Capsem's main.db records no name: it comes from the run directory or capsem-core's sidecar.
-    return {"id": row.id, "name": sessions.vm_name(row.id), "mode": row.mode, "status": row.status,
-            "created_at": row.created_at, "stopped_at": row.stopped_at,
-            "total_requests": row.total_requests, "allowed_requests": row.allowed_requests,
-            "denied_requests": row.denied_requests, "total_input_tokens": row.total_input_tokens,
-            "total_output_tokens": row.total_output_tokens, "total_estimated_cost": row.total_estimated_cost,
-            "total_tool_calls": row.total_tool_calls, "total_file_events": row.total_file_events}
 
 
 __all__ = ["add_arguments", "run"]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, TextIO
 
 from capsem_core.check.report import ERROR, NOTE, OK, SKIPPED, WARN, WARNING, CheckResult, Finding
 from capsem_core.cli.arguments import counted, path_argument
+from capsem_core.cli.check_text import coverage_words
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
@@ -221,7 +222,10 @@ def _plural(n: int, one: str, many: str) -> str:
 def _verified(result: LedgerResult, value: int | None) -> str:
     # A partial verify in its own words ("325 bodies proven unchanged, 0 read back"): its
     # bodies read back alone would read as a verify that found nothing right.
-    return result.verified_words() or _count(value)
+    report = result.report
+    if report is None or report.coverage is None or report.checks["verify_bodies"].status == "skipped":
+        return _count(value)
+    return coverage_words(report.coverage, report.checks["verify_bodies"].counts.get("verified", 0)) or _count(value)
 
 
 def _finding_lines(s: Style, check: CheckResult, finding: Finding, details: bool) -> list[str]:

@@ -14,7 +14,8 @@ from typing import TextIO
 
 from capsem_core.cli.arguments import whole_number
 from capsem_core.cli.terminal import colour_wanted
-from capsem_core.sessions import ListFilter, format_list, home_layout, list_sessions, listed_json
+from capsem_core.cli.sessions import list_lines, listed_json
+from capsem_core.sessions import ListFilter, home_layout, list_sessions
 
 
 
@@ -59,5 +60,5 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     if not items:
         print("No sessions found", file=out)
         return 0
-    out.write("\n".join(format_list(items, colour_wanted(out))) + "\n")
+    out.write("\n".join(list_lines(items, colour_wanted(out))) + "\n")
     return 0

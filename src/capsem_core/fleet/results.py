@@ -67,14 +67,6 @@ class LedgerResult:
                 "verified": verify.counts.get("verified") if verify.status != "skipped" else None,
                 "findings": self.findings()}
 
-    def verified_words(self) -> str | None:
-        """What the verify covered, in ``Coverage.describe``'s words when it was partial
-        ("325 bodies proven unchanged, 0 read back"); None after a whole verify or none."""
-        report = self.report
-        if report is None or report.coverage is None or report.checks["verify_bodies"].status == "skipped":
-            return None
-        return report.coverage.describe(report.checks["verify_bodies"].counts.get("verified", 0))
-
     def to_json(self, strict: bool = False) -> dict[str, Value]:
         doc: dict[str, Value] = {
             "path": str(self.ledger.directory), "ok": self.ok, "verdict": self.verdict,

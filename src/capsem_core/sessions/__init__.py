@@ -11,7 +11,8 @@ The package owns:
   any ``user_version``): open, create, insert, mark, rows;
 * :mod:`~capsem_core.sessions.rollup` — a session's totals, recomputed from its ledger into
   main.db;
-* :mod:`~capsem_core.sessions.listing` — listing sessions and the doctor's list formats.
+* :mod:`~capsem_core.sessions.listing` — listing sessions (their text and JSON forms are
+  the command line's: :mod:`capsem_core.cli.sessions`).
 
 The ``list`` and ``rollup`` commands are :mod:`capsem_core.cli.list` and
 :mod:`capsem_core.cli.rollup`. The public names of the former modules
@@ -27,10 +28,7 @@ from capsem_core.sessions.home import (
     MAX_SESSION_WORD, Home, capsem_home, check_session_word, home_layout, is_session_word, main_db_path,
     run_dir, session_word_problem,
 )
-from capsem_core.sessions.listing import (
-    LIST_FOOTER, ListedSession, ListFilter, format_created, format_duration, format_list, format_list_row,
-    list_header, list_sessions, listed_json,
-)
+from capsem_core.sessions.listing import ListedSession, ListFilter, list_sessions
 from capsem_core.sessions.maindb import (
     CHECK_COLUMNS, CREATED_AT_COLUMN, DOCTOR_COLUMNS, ID_COLUMN, LATEST_COLUMNS, LIST_COLUMNS, MAIN_DB_DDL,
     MAIN_DB_VERSION, ROLLUP_COLUMNS, SESSION_COLUMNS, USAGE_TABLES, SessionRow, create_main_db, insert_session,
@@ -43,11 +41,10 @@ from capsem_core.sessions.rollup import SessionTotals, read_totals, rollup, roll
 
 __all__ = [
     "CHECK_COLUMNS", "CREATED_AT_COLUMN", "DOCTOR_COLUMNS", "Home", "ID_COLUMN", "Kind", "LATEST_COLUMNS",
-    "LIST_COLUMNS", "LIST_FOOTER", "ListFilter", "ListedSession", "MAIN_DB_DDL", "MAIN_DB_VERSION",
+    "LIST_COLUMNS", "ListFilter", "ListedSession", "MAIN_DB_DDL", "MAIN_DB_VERSION",
     "MAX_SESSION_WORD", "ROLLUP_COLUMNS", "SESSION_BODIES", "SESSION_COLUMNS", "SESSION_DB", "SessionRef",
     "SessionRow", "SessionTotals", "USAGE_TABLES", "capsem_home", "check_session_word", "create_main_db",
-    "format_created", "format_duration", "format_list", "format_list_row", "home_layout", "insert_session",
-    "is_session_word", "latest_session_id", "ledger_exists", "list_header", "list_sessions", "listed_json",
+    "home_layout", "insert_session", "is_session_word", "latest_session_id", "ledger_exists", "list_sessions",
     "locate_ledger", "main_db_path", "mark_session", "now_text", "open_main_db", "read_totals",
     "recent_sessions", "register_session", "resolve_session", "rollup", "rollup_on_close", "run_dir",
     "select_rows_sql", "session_recorded", "session_word_problem", "vm_name", "vmnames",

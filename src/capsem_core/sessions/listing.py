@@ -1,5 +1,6 @@
 """Listing sessions: main.db's rows newest first, filtered, each with where its ledger is and
-whether it is on disk, and the doctor's text and JSON forms of that list.
+whether it is on disk (the doctor's text and JSON forms of the list are the command line's:
+``capsem_core.cli.sessions``).
 
 The filters are SQL over main.db; ``--with-db`` is a look at the disk, applied before the
 limit without a stat per row of a large main.db (see ``list_sessions``).
@@ -11,11 +12,9 @@ import json
 import os
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
-from capsem_core.cli.terminal import Style, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.paths import pair_on_disk
 from capsem_core.sessions import vmnames
@@ -163,84 +162,4 @@ def list_sessions(flt: ListFilter, *, home: Home | os.PathLike[str] | str | None
         conn.close()
 
 
-# --- the doctor's forms ----------------------------------------------------------------------
-
-def _parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def format_created(created_at: str | None) -> str:
-    """``MM-DD HH:MM:SS``; the first 16 characters of the raw text when it does not parse."""
-    raw = created_at or ""
-    try:
-        return _parse_time(raw).strftime("%m-%d %H:%M:%S")
-    except (ValueError, TypeError):
-        return raw[:16]
-
-
-def format_duration(created_at: str | None, stopped_at: str | None, status: str | None) -> str:
-    """``running`` / ``?`` without both times; else ``{s}s``, ``{m}m{s}s`` or ``{h}h{m}m``."""
-    if not stopped_at or not created_at:
-        return "running" if status == "running" else "?"
-    try:
-        s = int((_parse_time(stopped_at) - _parse_time(created_at)).total_seconds())
-    except (ValueError, TypeError, OverflowError):
-        return "?"
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60}s"
-    return f"{s // 3600}h{(s % 3600) // 60}m"
-
-
-LIST_FOOTER = "* = session.db on disk (queryable)"
-
-
-def list_header() -> str:
-    """The doctor's header, with the VM name as a trailing column."""
-    return (f"{'ID':<36}  {'Created':>16}  {'Dur':>6}  {'Cost':>7}  {'net':>5}  "
-            f"{'tokens':>7}  {'tool':>5}  {'fs':>5}  Name")
-
-
-def format_list_row(item: ListedSession) -> str:
-    """The doctor's row, then the name. main.db and ledgers are data, not trusted text:
-    every string from them goes through ``sanitize``, so no escape sequence reaches the
-    terminal."""
-    r = item.row
-    marker = "*" if item.has_ledger else " "
-    line = (f"{sanitize(r.id):<36}{marker} {sanitize(format_created(r.created_at)):>16}  "
-            f"{format_duration(r.created_at, r.stopped_at, r.status):>6}  "
-            f"${r.total_estimated_cost:>6.2f}  {r.total_requests:>5}  {r.total_tokens:>7}  "
-            f"{r.total_tool_calls:>5}  {r.total_file_events:>5}")
-    return f"{line}  {sanitize(item.name)}" if item.name else line
-
-
-def format_list(items: Sequence[ListedSession], colour: bool = False) -> list[str]:
-    """The text lines of ``list`` (header, rule, rows, blank, footer)."""
-    s = Style(colour)
-    header = list_header()
-    lines = [s("bold", header), s("dim", "-" * len(header))]
-    lines.extend(format_list_row(i) for i in items)
-    lines.extend(["", s("dim", LIST_FOOTER)])
-    return lines
-
-
-def listed_json(item: ListedSession) -> dict[str, object]:
-    """One ``list --json`` object: the doctor's main.db columns raw, the VM name, the
-    formatted cells, the ledger."""
-    r = item.row
-    obj: dict[str, object] = asdict(r)
-    obj["name"] = item.name
-    obj["total_tokens"] = r.total_tokens
-    obj["has_ledger"] = item.has_ledger
-    obj["ledger_dir"] = str(item.directory) if item.has_ledger and item.directory is not None else None
-    obj["formatted"] = {
-        "created": format_created(r.created_at),
-        "duration": format_duration(r.created_at, r.stopped_at, r.status),
-        "cost": f"${r.total_estimated_cost:.2f}",
-        "net": str(r.total_requests),
-        "tokens": str(r.total_tokens),
-        "tool": str(r.total_tool_calls),
-        "fs": str(r.total_file_events),
-    }
-    return obj
+__all__ = ["ListFilter", "ListedSession", "list_sessions"]

@@ -10,8 +10,9 @@ nothing. For a name that differs from its id, capsem-core keeps one small sideca
 
 It is capsem-core's own file (Capsem reads only ``main.db`` in that directory), written
 atomically (a private 0600 temporary, fsync, rename) under an ``flock`` on a sibling lock
-file, and read with a size bound. A damaged or oversized sidecar is ignored with a one-line
-warning on stderr: names are a convenience, and every session stays reachable by its id.
+file, and read with a size bound. A damaged or oversized sidecar is ignored with a ``LedgerWarning``
+(through ``warnings``: the command line shows it as one line): names are a convenience, and
+every session stays reachable by its id.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
-from collections.abc import Callable
+import warnings
 from pathlib import Path
 
-from capsem_core.errors import LedgerError
+from capsem_core.errors import LedgerError, LedgerWarning
 from capsem_core.sessions.home import session_word_problem
 
 SIDECAR_NAME = "capsem-core-vm-names.json"
@@ -33,14 +33,9 @@ SIDECAR_VERSION = 1
 MAX_SIDECAR_BYTES = 1 << 20
 
 
-def _stderr_warning(message: str) -> None:
-    from capsem_core.cli.terminal import sanitize
-
-    print(f"capsem-ledger: warning: {sanitize(message)}", file=sys.stderr)
-
-
-# Where warnings about a damaged sidecar go; tests and embedders may replace it.
-warn: Callable[[str], None] = _stderr_warning
+def warn(message: str) -> None:
+    """Say that (part of) the sidecar is ignored, as a LedgerWarning."""
+    warnings.warn(message, LedgerWarning, stacklevel=3)
 
 
 def sidecar_path(main_db: os.PathLike[str] | str) -> Path:

@@ -19,6 +19,24 @@ EXAMPLES_SHOWN = 3
 _SEVERITY_STYLE = {ERROR: "red", WARNING: "yellow", NOTE: "yellow"}
 
 
+def coverage_words(cov: Coverage, matched: int) -> str | None:
+    """The verify line of a partial verify (``check`` and ``check --all``), ``matched`` being
+    the bodies read back that matched their hashes: "325 bodies proven unchanged, 0 read
+    back", "... 25 read back (25 match their hashes), 300 skipped"; None for a whole verify,
+    whose line is "matched/bodies read back and match their hashes". A count of bodies read
+    back over all bodies would read as damage when most were proven unchanged or skipped."""
+    if not cov.incremental and cov.subset is None:
+        return None
+    read = cov.verified.bodies
+    parts = [f"{cov.unchanged.bodies:,} proven unchanged"] if cov.incremental else []
+    parts.append(f"{read:,} read back" + (f" ({matched:,} match their hashes)" if read else ""))
+    if cov.subset is not None:
+        parts.append(f"{cov.skipped.bodies:,} skipped")
+    head, _, rest = parts[0].partition(" ")
+    parts[0] = f"{head} bod{'y' if head == '1' else 'ies'} {rest}"
+    return ", ".join(parts)
+
+
 def render_text(report: CheckReport, *, colour: bool = False) -> str:
     """The report as the doctor prints it (sections, order and wording).
 
@@ -144,7 +162,7 @@ def _render_archive(out: list[str], s: Style, archive: CheckResult, verify: Chec
     if verify.status != SKIPPED:
         verified = verify.counts.get("verified", 0)
         # A partial verify says what it proved and read, not matched/all (which reads as damage).
-        partial = coverage.describe(verified) if coverage is not None else None
+        partial = coverage_words(coverage, verified) if coverage is not None else None
         line = f"  {partial}" if partial else f"  {verified}/{counts['bodies']} bodies read back and match their hashes"
         out.append(s("green" if not verify.findings_total else "red", line))
         if coverage is not None:
