@@ -42,10 +42,9 @@ import pytest
 from capsem_core._native import _archive
 from capsem_core import ledger as ledger_module
 from capsem_core.ledger import Ledger
-from capsem_core import index
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import timed  # noqa: E402
+from conftest import scan_blocks, scan_bodies, timed  # noqa: E402
 from oracles.archive_reader import archived_bodies  # noqa: E402
 
 READS = 10_000
@@ -69,7 +68,7 @@ def _bodies(db: Path) -> int:
 
 
 def _kernel(db: Path) -> int:
-    blocks, bodies = index.scan_blocks(db), index.scan_bodies(db, threads=1)
+    blocks, bodies = scan_blocks(db), scan_bodies(db, threads=1)
     with _archive.ArchiveReader(db.with_suffix(".bodies")) as reader:
         outcome = _archive.verify_bodies_with(reader, blocks, bodies, 1)
     assert not outcome.status.any()

@@ -5,7 +5,7 @@ Three groups, each run in one pytest-benchmark session on the same warm ledger:
 * ``check-structure``: the whole report without --verify-bodies (the page check, tables, the
   body index against the archive including every extent walk, tool lifecycle, ...) against
   ``PRAGMA quick_check`` alone (the baseline), with the page check on 1 and on 2 threads, and
-  the page check alone (``check.pages.check_pages``: quick_check per table plus the native
+  the page check alone (``check.run.check_pages``: quick_check per table plus the native
   page map) on 1 and 2 threads. Targets: check <= 0.65x of quick_check alone on 2 cores
   (issue 13; earlier 1.3x), check --verify-bodies <= 0.9x of it.
 * ``check-verify``: the whole report with --verify-bodies against the native verify kernel
@@ -43,7 +43,8 @@ import pytest
 
 from capsem_core import verify as _verify
 from capsem_core.check import READ_MMAP_BYTES, check_ledger
-from capsem_core.check.pages import PER_TABLE, check_pages
+from capsem_core.check.run import check_pages
+from capsem_core.pages.check import PER_TABLE
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baseline_doctor import doctor_verify_bodies  # noqa: E402

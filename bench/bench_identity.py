@@ -33,10 +33,13 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
-from capsem_core import index_pages
+from capsem_core import snapshot as opening
 from capsem_core._native import _pages
-from capsem_core.check import check_ledger, identity, identity_pages, lifecycle_pages, opening, run
+from capsem_core.check import check_ledger, identity, run
 from capsem_core.check.report import CheckResult
+from capsem_core.pages import graph as identity_pages
+from capsem_core.pages import index as index_pages
+from capsem_core.pages import lifecycle as lifecycle_pages
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import timed  # noqa: E402
@@ -50,14 +53,17 @@ def _check(db: Path) -> None:
     assert report.sound and report.checks["tool_lifecycle"].counts["calls_without_responses"] == 0
 
 
+def _no_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each of the section's part steps gives an empty part, and the section compares nothing.
+    monkeypatch.setattr(run._Check, "_part", lambda self, i: lambda conn, *needs: CheckResult("identity_graph", ""))
+    monkeypatch.setattr(run, "check_route", lambda *args: None)
+
+
 def _leave_the_section_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Both ways check runs the section: on its own connection, or its parts beside the page check.
-    monkeypatch.setattr(identity, "check_identity_graph", lambda conn, result, route: None)
-    monkeypatch.setattr(identity, "session_parts", lambda stopped: [])
+    _no_parts(monkeypatch)
     # The tool lifecycle's counts come from the same scan when the section runs: the baseline
     # keeps the scan of what they read, so the section is charged only for what it adds.
     monkeypatch.setattr(identity_pages, "wanted", lambda: dict(lifecycle_pages.USES))
-    monkeypatch.setattr(identity_pages, "held_parts", lambda graph: [])
 
 
 @pytest.mark.benchmark(group="check-identity")
@@ -98,7 +104,7 @@ def _parts_from_pages(db: Path) -> list[CheckResult | None]:
     mapped = _pages.PageFile(db)
     try:
         conn.execute("BEGIN")
-        return identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
+        return identity.held_parts(identity_pages.read_graph(mapped, conn))
     finally:
         mapped.close()
         conn.close()
@@ -113,8 +119,8 @@ def test_identity_parts_from_the_pages_alone(benchmark, small: Path) -> None:
 def _leave_the_section_and_its_scan_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # Check as it ran before the section: no part, no page scan (check_ledger then counts the
     # tool lifecycle by its SQL).
-    monkeypatch.setattr(identity, "check_identity_graph", lambda conn, result, route: None)
-    monkeypatch.setattr(run._IdentityBeside, "start", classmethod(lambda cls, page_check, route: None))
+    _no_parts(monkeypatch)
+    monkeypatch.setattr(run, "worth_scanning", lambda pages: False)
 
 
 def test_check_identity_paired_rounds(small: Path) -> None:
@@ -144,8 +150,8 @@ def test_check_identity_paired_rounds(small: Path) -> None:
 
 def _thread_cpu(monkeypatch: pytest.MonkeyPatch, spent: dict[str, float]) -> None:
     """Add each call's thread CPU time of the section's own steps to ``spent``, by step."""
-    for name in ("read_graph", "held_parts"):
-        real = getattr(identity_pages, name)
+    for module, name in ((run, "read_graph"), (identity, "held_parts")):
+        real = getattr(module, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):   # type: ignore[no-untyped-def]
             start = time.thread_time()
@@ -153,7 +159,7 @@ def _thread_cpu(monkeypatch: pytest.MonkeyPatch, spent: dict[str, float]) -> Non
                 return _real(*args, **kwargs)
             finally:
                 spent[_name] = spent.get(_name, 0.0) + time.thread_time() - start
-        monkeypatch.setattr(identity_pages, name, counted)
+        monkeypatch.setattr(module, name, counted)
 
 
 def _alongside_cost(db: Path) -> float:

@@ -60,6 +60,25 @@ def sample_ledger(mix: str, *, bodies: int | None = None, raw_bytes: int | None 
     return directory / "session.db"
 
 
+def scan_bodies(db: Path, threads: int = 0) -> dict:
+    """event_body_blobs through the native SQL scan, by path (outside any snapshot): what the
+    index and kernel benchmarks have always measured."""
+    from capsem_core import cores
+    from capsem_core import db as _db
+    from capsem_core._native import _index
+
+    return _index.scan_bodies(_db.read_plan(db).uri, busy_ms=_db.busy_timeout_ms(), path=str(db),
+                              threads=cores.threads(threads))
+
+
+def scan_blocks(db: Path) -> dict:
+    """body_blocks through the native SQL scan, by path."""
+    from capsem_core import db as _db
+    from capsem_core._native import _index
+
+    return _index.scan_blocks(_db.read_plan(db).uri, busy_ms=_db.busy_timeout_ms(), path=str(db))
+
+
 def timed(fn, *args) -> tuple[float, float]:
     """(wall seconds, this process's CPU seconds over every thread) of one call: the paired
     comparisons divide both, CPU time being what the host's other guests do not move."""

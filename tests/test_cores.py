@@ -13,7 +13,7 @@ import pytest
 
 from capsem_core import cores
 from capsem_core.check import check_ledger
-from capsem_core.check.pages import check_pages
+from capsem_core.check.run import check_pages
 from capsem_core.sample import write_sample_ledger
 
 

@@ -71,11 +71,11 @@ def test_ids_and_names_that_escape_the_run_directory_are_refused_and_nothing_is_
         with pytest.raises(LedgerError, match="refusing session") as info:
             sessions.resolve_session(word, home=home)
         assert repr(word) in str(info.value)
-    # The command line says the same, once per word, without a traceback.
+    # The command line refuses each as a usage error, without a traceback.
     for word in ("../outside", "/etc", "a/b", ".."):
         proc = run_cli(home, "check", "--", word)
-        assert proc.returncode == 1, proc
-        assert "refusing session" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 2, proc
+        assert "cannot name a session" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert tree_snapshot(root) == before
 
 

@@ -15,30 +15,30 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from capsem_core import db, index, index_pages, schema
+from capsem_core import db, schema
 from capsem_core import pair as _pair
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.bodies import read as _bulk
 from capsem_core.bodies.batch import BodyBatch
-from capsem_core.bodies.body_index import BodyIndex, scan_index
+from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
 from capsem_core.check.subset import Subset
 from capsem_core.errors import LedgerError
+from capsem_core.snapshot import Snapshot
 from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
 from capsem_core.format import FILE_HEADER_BYTES
+from capsem_core.pages.tables import HeldMap
 from capsem_core.paths import (
     SESSION_BODIES,
     SESSION_DB,
     ledger_paths,
     require_regular_file,
 )
-
-_T = TypeVar("_T")
 
 # read_body's cache of inflated blocks: a few dozen blocks of the usual 1-3 MiB.
 DEFAULT_BLOCK_CACHE_BYTES = 32 << 20
@@ -94,14 +94,15 @@ class Ledger:
         require_regular_file(self.bodies_path, SESSION_BODIES)
         # A -wal whose commits cannot be read here (read-only media, no -shm) is refused in
         # one line naming it: the main file alone would answer with a stale ledger.
-        self._conn = db.connect_readonly(self.db_path)
+        self._read_plan = db.complete_plan(self.db_path)
+        self._conn = db.connect_readonly(self.db_path, plan=self._read_plan)
         try:
             schema.check_schema(self._conn, self.db_path)
             self._ready = schema.ReadyCheck(self._conn, self.db_path)
             self._archive = _archive.ArchiveReader(str(self.bodies_path), block_cache_bytes)
             # session.db's own pages, for index scans where the file is the snapshot: mapped
             # once here, so a scan opens nothing.
-            self._pages = index_pages.HeldMap(self.db_path)
+            self._pages = HeldMap(self.db_path)
         except BaseException:
             self._conn.close()
             raise
@@ -204,20 +205,13 @@ class Ledger:
             return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
 
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        # One read transaction for the index scans and the key lookups (held under the lock).
-        self._live()
-        try:
-            self._conn.execute("BEGIN")
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"query failed: {exc}", self.db_path) from None
-        try:
-            yield
-        finally:
-            try:
-                self._conn.execute("COMMIT")
-            except sqlite3.DatabaseError:
-                pass  # a read transaction has nothing to lose
+    def _snapshot(self) -> Iterator[Snapshot]:
+        """One read transaction on the ledger's connection, its map and its archive reader
+        (refreshed to the file's committed extent), under the lock."""
+        with self._lock:
+            self._refresh_archive()
+            with Snapshot.within(self.db_path, self._read_plan, self._conn, self._pages, self._archive) as snapshot:
+                yield snapshot
 
     def index(self, *, threads: int = 0) -> BodyIndex:
         """The body index as public numpy arrays (``capsem_core.bodies.BodyIndex``): every
@@ -226,28 +220,19 @@ class Ledger:
         One read transaction, native scans (no Python object per row; ``threads`` readers,
         0: one per core). Costs about 100 bytes of memory per body plus its key texts.
         Raises LedgerError when the index cannot be read or the ledger is closed."""
-        with self._lock, self._snapshot():
-            return scan_index(self.db_path, self._conn, threads=threads, pages=self._pages)
+        with self._snapshot() as snapshot:
+            return snapshot.index(keys=True, threads=threads)
 
     def _plan(self, selection: _bulk.Selection, index: BodyIndex | None,
               threads: int) -> tuple[BodyIndex, np.ndarray]:
-        with self._lock, self._snapshot():
-            idx = index if index is not None else scan_index(self.db_path, self._conn, threads=threads,
-                                                             pages=self._pages)
+        with self._snapshot() as snapshot:
+            idx = index if index is not None else snapshot.index(keys=True, threads=threads)
             return idx, _bulk.resolve(selection, idx, self._conn, self.db_path)
-
-    def _on_archive(self, read: Callable[[_archive.ArchiveReader], _T]) -> _T:
-        """``read`` of the archive reader, under the lock, the ledger open and the reader
-        refreshed to the file's committed extent."""
-        with self._lock:
-            self._live()
-            self._refresh_archive()
-            return read(self._archive)
 
     def _read_run(self, idx: BodyIndex, positions: np.ndarray, errors: _bulk.Errors, threads: int,
                   scratch: _bulk.Scratch | None = None) -> BodyBatch:
-        return self._on_archive(lambda archive: _bulk.read_batch(
-            archive, idx, positions, errors, threads, self.db_path, self.bodies_path, self._conn, scratch))
+        with self._snapshot() as snapshot:
+            return _bulk.read_batch(snapshot, idx, positions, errors, threads, scratch)
 
     def read_bodies(self, selection: _bulk.Selection = None, *, errors: _bulk.Errors = "raise",
                     max_bytes: int | None = None, threads: int = 0, index: BodyIndex | None = None) -> BodyBatch:
@@ -315,8 +300,8 @@ class Ledger:
         idx, positions = self._plan(source_table, None, threads)
         scratch = _bulk.Scratch()
         for start, end in _bulk.plan_batches(idx, positions, _BODIES_BATCH_BYTES):
-            rows, datas, findings = self._on_archive(lambda archive: _bulk.read_each(
-                archive, idx, positions[start:end], threads, self.db_path, self._conn, scratch))
+            with self._snapshot() as snapshot:
+                rows, datas, findings = _bulk.read_each(snapshot, idx, positions[start:end], threads, scratch)
             failed = {(f.block_offset, f.body_offset, f.row_id): f for f in findings}
             for i, data in enumerate(datas):
                 if data is None:
@@ -353,22 +338,14 @@ class Ledger:
         if not incremental and subset is None and max_age is None:
             # One read transaction for the scans and the labels of failing rows (the body scan
             # then reads session.db's pages where the file is that snapshot).
-            with self._lock, self._snapshot():
-                self._refresh_archive()
-                verified, faults = _verify.verify_ledger(str(self.db_path), str(self.bodies_path), threads,
-                                                         progress, conn=self._conn, reader=self._archive,
-                                                         pages=self._pages)
-            return VerifyResult(verified, faults)
+            with self._snapshot() as snapshot:
+                done = _verify.run(snapshot, threads=threads, progress=progress)
+            return VerifyResult(done.verified, done.faults)
         options = VerifyOptions(incremental=incremental,
                                 subset=Subset.parse(subset) if isinstance(subset, str) else subset,
                                 max_age=parse_duration(max_age) if isinstance(max_age, str) else max_age)
-        with self._lock, self._snapshot():
-            self._refresh_archive()
-            # Bodies before blocks, as verify_ledger scans them (see check/archive.py).
-            bodies = index.scan_bodies(self.db_path, threads=threads, conn=self._conn, pages=self._pages)
-            blocks = index.scan_blocks(self.db_path, conn=self._conn)
-            outcome = verify_part(self._archive, blocks, bodies, self.db_path, options, conn=self._conn,
-                                  threads=threads, progress=progress)
+        with self._snapshot() as snapshot:
+            outcome = verify_part(snapshot, options, threads=threads, progress=progress)
         if outcome.pending is not None:
             outcome.pending.commit()
         return VerifyResult(outcome.verified, outcome.faults, outcome.coverage)

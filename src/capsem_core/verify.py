@@ -1,12 +1,15 @@
-"""Verify every body of a ledger: the native scan and kernel, turned into findings.
+"""Bodies read back through their hashes: the one way the verify kernel is run and its failures
+worded.
 
-The native kernel (``_archive.verify_bodies``) reads every body back through its segment
-hashes and its own hash and returns raw outcomes; this module scans the index, runs it,
-and words each failure as a ``BodyFault`` labelled with the row's key, read through the
-caller's connection (or a read-only one of its own). A BodyFault is one body's failure;
-``check`` turns each into a finding of its report (``capsem_core.check.report.Finding``,
-the package's one Finding type). ``Ledger.verify`` and ``check
---verify-bodies`` both come here, so their findings are the same.
+``run(snapshot, part)`` hands a part of a snapshot's body index (``Part``: rows in archive
+order and the blocks they name; by default every body) to the native kernel, on the
+snapshot's archive reader: each segment inflated once, segment and body hashes checked, on
+every core with the GIL released. Optionally the same pass hands the verified bytes out
+(``Into``: into one buffer at given offsets, or into one bytes object each). Every body that
+did not verify becomes a ``BodyFault``, labelled with its row's key read through the
+snapshot's connection. ``check --verify-bodies`` (through ``check/incremental.py``),
+``Ledger.verify``, the bulk reads and a fleet's block ranges all come here, so their faults
+read the same.
 """
 
 from __future__ import annotations
@@ -15,15 +18,20 @@ import collections
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
-from capsem_core import cores, db, index, index_pages
+from capsem_core import cores
 from capsem_core._native import _archive, _errors
+from capsem_core.bodies.body_index import BodyIndex, Blocks
 from capsem_core.errors import LedgerError
 from capsem_core.format import body_hash_text
-from capsem_core.paths import archive_path_for
+
+if TYPE_CHECKING:
+    from capsem_core.snapshot import Snapshot
 
 BodyFault = collections.namedtuple(
     "BodyFault",
@@ -35,10 +43,105 @@ BodyFault.__doc__ = ("One body that did not read back through its hashes: its ev
                      "table's kind, e.g. body_hash) and message (reads like the doctor's).")
 
 Labels = dict[int, tuple[str, str, str]]
+Progress = Callable[[int, int], None]
 _LABEL_CHUNK = 900  # below SQLite's default limit of host parameters per statement
 
 
-def row_labels(conn: sqlite3.Connection, ids: Sequence[int], db_path: db.PathArg | None = None) -> Labels:
+@dataclass(frozen=True, slots=True)
+class Part:
+    """What one kernel run reads: index rows in archive order and the blocks they name (read
+    ahead). ``whole``: every block of the snapshot, whose extent walk the kernel then reuses."""
+
+    rows: BodyIndex
+    blocks: Blocks
+    whole: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Into:
+    """Where a run hands the verified bytes out: ``buffer`` at ``offsets`` (one per row), or,
+    with ``as_bytes``, one bytes object per row. ``buffers``: the kernel workers' working
+    buffers, lent run after run by one bulk read."""
+
+    buffer: npt.NDArray[np.uint8] | None = None
+    offsets: npt.NDArray[np.int64] | None = None
+    as_bytes: bool = False
+    buffers: _archive.KernelBuffers | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A run's result: ``status`` per row (0: verified), its faults in archive order, and with
+    ``Into(as_bytes=True)`` each row's bytes (None where it did not verify)."""
+
+    status: npt.NDArray[np.uint8]
+    faults: list[BodyFault]
+    datas: list[bytes | None] | None = None
+
+    @property
+    def read_back(self) -> int:
+        """Rows handed to the kernel."""
+        return int(self.status.shape[0])
+
+    @property
+    def verified(self) -> int:
+        """Rows that read back through their hashes."""
+        return int(self.status.shape[0] - np.count_nonzero(self.status))
+
+
+def whole(snapshot: Snapshot) -> Part:
+    """Every body of the snapshot's index, and every block."""
+    index = snapshot.index()
+    return Part(index, index.blocks, whole=True)
+
+
+def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progress: Progress | None = None,
+        into: Into | None = None, use_libdeflate: bool = True) -> Verified:
+    """Read ``part`` (default: every body) back through its hashes on ``snapshot``'s archive
+    reader, and word every failure (see the module). ``threads``: 0 is one per core;
+    ``progress(bytes_done, bodies_done)`` is called a few times a second (one that also has
+    ``begin(total_bytes, total_bodies)`` is told the totals first). ``use_libdeflate=False``
+    streams every deflate segment through zlib alone, the reference the fast path must agree
+    with (tests and benchmarks compare the two)."""
+    part = part if part is not None else whole(snapshot)
+    rows = part.rows
+    kernel_rows = rows.kernel_rows()
+    if len(rows) == 0:
+        return Verified(np.zeros(0, np.uint8), [], [] if into is not None and into.as_bytes else None)
+    begin = getattr(progress, "begin", None)
+    if begin is not None:
+        begin(int(rows.body_len.sum()), len(rows))
+    reader = snapshot.archive()
+    blocks = part.blocks.arrays()
+    walk = snapshot.walk if part.whole else None
+    datas: list[bytes | None] | None = None
+    if into is not None and into.as_bytes:
+        outcome, datas = _archive.verify_bodies_into_bytes(reader, blocks, kernel_rows, cores.threads(threads),
+                                                           use_libdeflate, buffers=into.buffers)
+    elif into is not None:
+        outcome = _archive.verify_bodies_with(reader, blocks, kernel_rows, cores.threads(threads), progress,
+                                              use_libdeflate, walk, out=into.buffer, out_offset=into.offsets,
+                                              buffers=into.buffers)
+    else:
+        outcome = _archive.verify_bodies_with(reader, blocks, kernel_rows, cores.threads(threads), progress,
+                                              use_libdeflate, walk)
+    faults = _faults(outcome, rows, snapshot.conn, snapshot.db_path) if outcome.status.any() else []
+    return Verified(outcome.status, faults, datas)
+
+
+def verify_ledger(db_path: os.PathLike[str] | str, *, threads: int = 0, progress: Progress | None = None,
+                  use_libdeflate: bool = True) -> tuple[int, list[BodyFault]]:
+    """Every body of the ledger whose session.db is ``db_path`` read back through its hashes:
+    (bodies verified, faults). Opens the ledger's snapshot for the one ``run``; raises
+    LedgerError when it cannot be read at all."""
+    from capsem_core.snapshot import Snapshot
+
+    with Snapshot.open(db_path) as snapshot:
+        done = run(snapshot, threads=threads, progress=progress, use_libdeflate=use_libdeflate)
+    return done.verified, done.faults
+
+
+def row_labels(conn: sqlite3.Connection, ids: Sequence[int], db_path: object = None) -> Labels:
     """{rowid: (event_id, source_table, direction)} of the given event_body_blobs rows, read
     through ``conn``. LedgerError (naming db_path) when the index cannot be read."""
     labels: Labels = {}
@@ -51,45 +154,26 @@ def row_labels(conn: sqlite3.Connection, ids: Sequence[int], db_path: db.PathArg
             for rid, event_id, table, direction in conn.execute(q, chunk):
                 labels[rid] = (event_id, table, direction)
     except sqlite3.Error as exc:
-        raise LedgerError(f"cannot read the body index: {exc}", db_path) from exc
+        raise LedgerError(f"cannot read the body index: {exc}", db_path) from exc   # type: ignore[arg-type]
     return labels
 
 
-def _labels_of(ids: Sequence[int], db_path: db.PathArg | None, conn: sqlite3.Connection | None) -> Labels:
-    if not len(ids):
-        return {}
-    if conn is not None:
-        return row_labels(conn, ids, db_path)
-    if db_path is None:
-        return {}
-    # The rows the scan already read, from the same file, with what the scan could read of
-    # it (a -wal it could not was refused by the scan or is reported by check).
-    own = db.connect_readonly(os.fspath(db_path), allow_unread_wal=True)
-    try:
-        return row_labels(own, ids, db_path)
-    finally:
-        own.close()
-
-
-def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None = None,
-                conn: sqlite3.Connection | None = None) -> list[BodyFault]:
-    """A BodyFault for every body the kernel did not verify, in archive order, labelled through
-    ``conn`` (else a read-only connection to db_path; neither: rows are named by id)."""
+def _faults(outcome: Any, rows: BodyIndex, conn: sqlite3.Connection, db_path: object) -> list[BodyFault]:
+    """A BodyFault for every row the kernel did not verify, in archive order, labelled through
+    ``conn``."""
     status = outcome.status
     failing = np.flatnonzero(status)
-    ids: list[int] = np.asarray(bodies["id"])[failing].tolist() if len(failing) else []
-    labels = _labels_of(ids, db_path, conn)
-    blk = bodies["block_offset"]; off = bodies["body_offset"]; ln = bodies["body_len"]; dig = bodies["digest"]
-    findings = []
+    labels = row_labels(conn, rows.id[failing].tolist(), db_path)
+    faults = []
     for i in failing.tolist():
-        rid = int(bodies["id"][i])
+        rid = int(rows.id[i])
         event_id, table, direction = labels.get(rid, (None, None, None))
         code = int(status[i])
         segment_offset = None
-        block = int(blk[i])
+        block = int(rows.block_offset[i])
         if code in (_errors.CAPSEM_V_BODY_HASH, _errors.CAPSEM_V_BAD_HASH_TEXT, _errors.CAPSEM_V_SPAN):
             kind = _errors.kind(code)
-            text = _errors.message(code, at=block, want=body_hash_text(bytes(dig[i])),
+            text = _errors.message(code, at=block, want=body_hash_text(bytes(rows.digest[i])),
                                    got=body_hash_text(bytes(outcome.got[i])))
         else:
             fault = outcome.errors[int(outcome.err_index[i])]
@@ -100,42 +184,9 @@ def findings_of(outcome: Any, bodies: dict[str, Any], db_path: db.PathArg | None
                 if segment_offset != block:
                     text = _errors.IN_BLOCK_TEMPLATE.format(block=block, text=text)
         who = f"{event_id} {table}/{direction}" if event_id is not None else f"row {rid}"
-        findings.append(BodyFault(rid, event_id, table, direction, block, int(off[i]), int(ln[i]),
-                                segment_offset, kind, f"{who}: {text}"))
-    return findings
+        faults.append(BodyFault(rid, event_id, table, direction, block, int(rows.body_offset[i]),
+                                int(rows.body_len[i]), segment_offset, kind, f"{who}: {text}"))
+    return faults
 
 
-def verify_bodies(bodies_path: db.PathArg, blocks: dict[str, Any], bodies: dict[str, Any], *, threads: int = 0,
-                  progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True) -> Any:
-    """The native kernel over scanned arrays (a VerifyOutcome); see _archive.verify_bodies."""
-    return _archive.verify_bodies(bodies_path, blocks, bodies, cores.threads(threads), progress, use_libdeflate)
-
-
-def verify_ledger(db_path: db.PathArg, bodies_path: db.PathArg | None = None, threads: int = 0,
-                  progress: Callable[[int, int], None] | None = None, use_libdeflate: bool = True, *,
-                  conn: sqlite3.Connection | None = None,
-                  reader: _archive.ArchiveReader | None = None,
-                  pages: index_pages.HeldMap | None = None) -> tuple[int, list[BodyFault]]:
-    """Scan the body index of db_path and verify every body in bodies_path (default: the
-    .bodies beside it). Returns (verified_count, findings). threads (0: one per core) is
-    used by the index scan and by the verify workers alike. ``conn``: the caller's
-    connection to db_path, on which the scans run and findings are labelled; ``reader``: the
-    caller's open reader of the archive, whose map the kernel reads (nothing is opened again);
-    ``pages``: the caller's held map of session.db, for the body scan (``index.scan_bodies``)."""
-    # Bodies before blocks: each body then names a block recorded at least as late as itself
-    # (see check/archive.py), whichever snapshot each scan reads.
-    bodies = index.scan_bodies(db_path, threads=threads, conn=conn, pages=pages)
-    n = bodies["id"].shape[0]
-    if n == 0:
-        return 0, []
-    blocks = index.scan_blocks(db_path, conn=conn)
-    if reader is not None:
-        outcome = _archive.verify_bodies_with(reader, blocks, bodies, cores.threads(threads), progress,
-                                              use_libdeflate)
-    else:
-        if bodies_path is None:
-            bodies_path = archive_path_for(db_path)
-        outcome = _archive.verify_bodies(bodies_path, blocks, bodies, cores.threads(threads), progress,
-                                         use_libdeflate)
-    findings = findings_of(outcome, bodies, db_path, conn)
-    return n - len(findings), findings
+__all__ = ["BodyFault", "Into", "Part", "Verified", "row_labels", "run", "verify_ledger", "whole"]

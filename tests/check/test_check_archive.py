@@ -244,24 +244,29 @@ class Flusher:
 @pytest.mark.parametrize("where", ["before the body scan", "between the body and block scans",
                                    "after the block scan", "before verify maps the archive", "everywhere"])
 def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Path, monkeypatch, where: str) -> None:
-    from capsem_core import index as _index
-    from capsem_core._native import _archive
+    from capsem_core._native import _archive, _index
+    from capsem_core.bodies import scan
 
     flush = Flusher(ledger.parent)
-    # check's verify step runs the kernel on its archive reader's map (refreshed first).
-    scan_bodies, scan_blocks, verify_bodies = _index.scan_bodies, _index.scan_blocks, _archive.verify_bodies_with
+    # check's scans of the index (the spans from the pages, or through the native SQL scan
+    # while a -wal holds pages; then the blocks), and its verify step, which runs the kernel
+    # on its archive reader's map (refreshed first).
+    from_pages, from_sql, scan_blocks = scan.read_index, _index.scan_bodies, scan.scan_blocks
+    verify_bodies = _archive.verify_bodies_with
     everywhere = where == "everywhere"
 
-    def bodies(db, **kw):
-        if everywhere or where == "before the body scan":
-            flush()
-        out = scan_bodies(db, **kw)
-        if everywhere or where == "between the body and block scans":
-            flush()
-        return out
+    def around_the_body_scan(real):   # type: ignore[no-untyped-def]
+        def bodies(*args, **kw):   # type: ignore[no-untyped-def]
+            if everywhere or where == "before the body scan":
+                flush()
+            out = real(*args, **kw)
+            if everywhere or where == "between the body and block scans":
+                flush()
+            return out
+        return bodies
 
-    def blocks_(db, **kw):
-        out = scan_blocks(db, **kw)
+    def blocks_(*args, **kw):   # type: ignore[no-untyped-def]
+        out = scan_blocks(*args, **kw)
         if everywhere or where == "after the block scan":
             flush()
         return out
@@ -271,8 +276,9 @@ def test_a_writer_flushing_between_the_checks_reads_causes_no_damage(ledger: Pat
             flush()
         return verify_bodies(*args, **kw)
 
-    monkeypatch.setattr(_index, "scan_bodies", bodies)
-    monkeypatch.setattr(_index, "scan_blocks", blocks_)
+    monkeypatch.setattr(scan, "read_index", around_the_body_scan(from_pages))
+    monkeypatch.setattr(_index, "scan_bodies", around_the_body_scan(from_sql))
+    monkeypatch.setattr(scan, "scan_blocks", blocks_)
     monkeypatch.setattr(_archive, "verify_bodies_with", verify)
     try:
         for _ in range(3):

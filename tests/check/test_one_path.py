@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core import db as _db
-from capsem_core import index
+from tests import scans as index
 from capsem_core._native import _index
 from capsem_core.sample import write_sample_ledger
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from capsem_core.check import check_ledger
-from capsem_core.check.pages import PER_TABLE, check_pages, quick_check_lines
+from capsem_core.check.run import check_pages
+from capsem_core.pages.check import PER_TABLE, quick_check_lines
 from capsem_core.errors import LedgerError
 from capsem_core.sample import write_sample_ledger
 
@@ -378,57 +379,10 @@ def test_a_ctrl_c_while_the_workers_start_is_that_interrupt_not_another_error(
     real = threading.Thread.start
 
     def start(self: threading.Thread) -> None:
-        if self.name.startswith("capsem-page-check-"):
+        if self.name.startswith("capsem-check-"):
             raise KeyboardInterrupt   # as SIGINT arriving just before the thread starts
         real(self)
 
     monkeypatch.setattr(threading.Thread, "start", start)
     with pytest.raises(KeyboardInterrupt):
         check_pages(db, threads=2)
-
-
-def test_a_read_queued_after_the_walk_runs_once_the_page_map_has_walked_the_file(
-        sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from capsem_core import db as _db
-    from capsem_core.check import opening, pages
-    from capsem_core.check.report import CheckResult
-
-    db = _fresh(tmp_path / "after-walk", sample.data)
-    queued, read, walked = threading.Event(), threading.Event(), threading.Event()
-    real_walk, real_table = pages.PageCheck._run_walk, pages.quick_check_lines
-
-    def held_table(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
-        # No worker runs out of table jobs, and returns, before both reads are queued: on a
-        # loaded machine the main thread may get there only after the tables are done.
-        queued.wait()
-        return real_table(conn, table)
-
-    def held_walk(self: pages.PageCheck) -> None:
-        # The walk waits for the read queued without after_walk, which a worker must take at
-        # once. The bound only turns a lost read into a failure instead of a hang.
-        assert read.wait(120), "the read queued without after_walk never ran beside the walk"
-        real_walk(self)
-        walked.set()
-
-    monkeypatch.setattr(pages, "quick_check_lines", held_table)
-    monkeypatch.setattr(pages.PageCheck, "_run_walk", held_walk)
-    plan = _db.read_plan(db)
-    conn = opening.open_read_only(db, plan)
-    try:
-        conn.execute("BEGIN")
-        check = pages.PageCheck.start(db, plan, conn, CheckResult("pages", "Pages"), threads=2)
-        try:
-            try:
-                [after] = check.run_beside([lambda c: (walked.is_set(), threading.current_thread().name)],
-                                           after_walk=True)
-                [now] = check.run_beside([lambda c: (walked.is_set(), read.set())[0]])
-            finally:
-                queued.set()
-            check.wait()
-            assert now.result(check, conn) is False        # taken at once, while the map walked
-            assert after.result(check, conn)[0] is True    # taken only after the walk
-            assert after.result(check, conn)[1].startswith("capsem-page-check-")
-        finally:
-            check.close()
-    finally:
-        conn.close()

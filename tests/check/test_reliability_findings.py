@@ -15,7 +15,7 @@ from blake3 import blake3
 from tests.reliability_helpers import layout, net_row, sql, tree_snapshot, write_tiny
 
 from capsem_core import cli
-from capsem_core import index as _index
+from capsem_core._native import _index
 from capsem_core import errors
 from capsem_core import format as fmt
 from capsem_core.check import check_ledger

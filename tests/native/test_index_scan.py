@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capsem_core import index as _index
+from tests import scans as _index
 from capsem_core import errors
 from capsem_core import format as fmt
 from tests.native.test_verify_kernel import make_ledger
@@ -85,7 +85,7 @@ def test_an_empty_index_gives_empty_arrays(tmp_path):
 
 
 def test_sqlite_failures_are_ledger_errors_naming_the_file(tmp_path):
-    with pytest.raises(errors.LedgerError, match="no such file") as exc:
+    with pytest.raises(errors.LedgerError, match="cannot open the body index: unable to open") as exc:
         _index.scan_bodies(tmp_path / "missing.db")
     assert exc.value.path == tmp_path / "missing.db"
     junk = tmp_path / "junk.db"

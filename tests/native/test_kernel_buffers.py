@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capsem_core import index as _index
+from tests import scans as _index
 from capsem_core._native import _archive
 
 from tests.native.test_verify_kernel import _flip, _segments, make_ledger

@@ -17,7 +17,7 @@ import pytest
 from blake3 import blake3
 from tests.reliability_helpers import layout, net_row
 
-from capsem_core import index as _index
+from tests import scans as _index
 from capsem_core import verify as _verify
 from capsem_core._native import _archive, _errors
 from capsem_core import errors

@@ -1,4 +1,4 @@
-"""The identity graph decided from session.db's own pages (check/identity_pages.py): on sound
+"""The identity graph decided from session.db's own pages (pages/graph.py): on sound
 samples of every mix every part holds from its pages with the counts its SQL reports; for
 each way of breaking an invariant, the part it breaks is handed to its SQL; and whatever the
 damage (NULLs under SQL's own rules, values of another kind, ids pushed onto overflow pages,
@@ -15,7 +15,9 @@ import pytest
 
 from capsem_core import db as _db
 from capsem_core._native import _pages
-from capsem_core.check import identity, identity_pages, opening
+from capsem_core import snapshot as opening
+from capsem_core.check import identity
+from capsem_core.pages import graph as identity_pages
 from capsem_core.check.report import CheckResult
 from capsem_core.sample import write_sample_ledger
 from capsem_core.sample.profiles import MIXES
@@ -58,7 +60,7 @@ def both_ways(db: Path, stopped: bool | None = None) -> tuple[list[CheckResult |
     mapped = _pages.PageFile(db)
     try:
         conn.execute("BEGIN")
-        held = identity_pages.held_parts(identity_pages.read_graph(mapped, conn))
+        held = identity.held_parts(identity_pages.read_graph(mapped, conn))
         by_sql = [part(conn) for part in identity.session_parts(stopped)]
         gated = [h if h is not None else s for h, s in zip(held, by_sql)]
         return held, _section(gated), _section(by_sql)
@@ -180,7 +182,7 @@ def test_a_database_not_in_utf8_is_left_to_sql(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
     conn.commit()
     assert identity_pages.read_graph(_pages.PageFile(db), conn) is None
-    assert identity_pages.held_parts(None) == [None] * 4
+    assert identity.held_parts(None) == [None] * 4
     conn.close()
 
 

@@ -1,4 +1,4 @@
-"""The body index read from session.db's own pages (index_pages.py): on samples of every mix
+"""The body index read from session.db's own pages (pages/index.py): on samples of every mix
 it is exactly what the SQL scans give, spans and keys alike; so it is for the values a hostile
 writer may leave (malformed hashes, NULL spans and keys, texts on overflow pages); a value SQL
 would convert, a damaged tree or a -wal holding frames leaves the scan to SQL, and the
@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capsem_core import db, index, index_pages, page_tables
-from capsem_core._native import _pages
+from capsem_core import db
+from capsem_core._native import _index, _pages
+from capsem_core.pages import index as index_pages
+from capsem_core.pages import tables as page_tables
+from tests import scans as index
 from capsem_core.ledger import Ledger
 from capsem_core.sample import write_sample_ledger
 from capsem_core.sample.profiles import MIXES
@@ -24,15 +27,27 @@ FIXTURES = (sound, ledger)   # a sound realistic sample and its copies to damage
 
 
 def by_sql(path: Path, conn: sqlite3.Connection) -> tuple[dict, dict]:
-    return (index._index.scan_bodies(db.read_plan(path).uri, busy_ms=1000, path=str(path), threads=1, conn=None),
-            index._index.scan_keys(db.read_plan(path).uri, busy_ms=1000, path=str(path), conn=None))
+    return (_index.scan_bodies(db.read_plan(path).uri, busy_ms=1000, path=str(path), threads=1, conn=None),
+            _index.scan_keys(db.read_plan(path).uri, busy_ms=1000, path=str(path), conn=None))
+
+
+def scanned(path: Path, conn: sqlite3.Connection, *, keys: bool,
+            alongside: index_pages.Alongside | None = None) -> index_pages.PageIndex | None:
+    """The index from session.db's pages where they are ``conn``'s snapshot, else None."""
+    mapped = page_tables.map_snapshot(path, conn)
+    if mapped is None:
+        return None
+    try:
+        return index_pages.read_index(mapped, conn, keys=keys, alongside=alongside)
+    finally:
+        mapped.close()
 
 
 def both_ways(path: Path) -> tuple[index_pages.PageIndex | None, tuple[dict, dict]]:
     conn = db.connect_readonly(path)
     try:
         conn.execute("BEGIN")
-        return index_pages.scanned(path, conn, None, keys=True), by_sql(path, conn)
+        return scanned(path, conn, keys=True), by_sql(path, conn)
     finally:
         conn.close()
 
@@ -131,7 +146,7 @@ def test_a_damaged_tree_leaves_the_scan_to_sql(ledger: Path) -> None:
     conn = db.connect_readonly(ledger)
     try:
         conn.execute("BEGIN")
-        assert index_pages.scanned(ledger, conn, None, keys=True) is None
+        assert scanned(ledger, conn, keys=True) is None
     finally:
         conn.close()
 
@@ -148,8 +163,8 @@ def test_a_wal_holding_frames_leaves_the_scan_to_sql_and_its_rows_are_read(ledge
     try:
         conn = db.connect_readonly(ledger)
         conn.execute("BEGIN")
-        assert index_pages.open_snapshot(ledger, conn) is None
-        assert index_pages.scanned(ledger, conn, None, keys=True) is None
+        assert page_tables.map_snapshot(ledger, conn) is None
+        assert scanned(ledger, conn, keys=True) is None
         rows = index.scan_bodies(ledger, conn=conn)
         assert len(rows["id"]) == conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0]
         conn.close()
@@ -160,7 +175,7 @@ def test_a_wal_holding_frames_leaves_the_scan_to_sql_and_its_rows_are_read(ledge
 def test_outside_a_read_transaction_the_scan_is_sqls(ledger: Path) -> None:
     conn = db.connect_readonly(ledger)
     try:
-        assert index_pages.scanned(ledger, conn, None, keys=False) is None
+        assert scanned(ledger, conn, keys=False) is None
     finally:
         conn.close()
 
@@ -193,7 +208,7 @@ def test_columns_read_alongside_are_the_codes_a_scan_of_their_own_gives(ledger: 
         alongside = index_pages.Alongside({"trace_id": names, "turn_id": names})
         got = index_pages.read_index(mapped, conn, keys=False, alongside=alongside)
         plain = index_pages.read_index(mapped, conn, keys=False)
-        assert got is not None and plain is not None and not alongside.done.is_set()   # the caller's to set
+        assert got is not None and plain is not None
         for name, array in plain.bodies.items():
             assert np.array_equal(got.bodies[name], array), name
         own = _pages.Codes(12)
@@ -223,7 +238,7 @@ def test_columns_alongside_that_are_not_plain_text_are_not_read(ledger: Path) ->
         reader.execute("BEGIN")
         names = _pages.Codes(3)
         alongside = index_pages.Alongside({"trace_id": names, "turn_id": names})
-        got = index_pages.scanned(ledger, reader, None, keys=False, alongside=alongside)
+        got = scanned(ledger, reader, keys=False, alongside=alongside)
         assert got is not None and alongside.rows is None and alongside.columns == {}
     finally:
         reader.close()

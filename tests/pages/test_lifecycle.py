@@ -1,4 +1,4 @@
-"""The tool lifecycle counted from the identity graph's scan (check/lifecycle_pages.py): on a
+"""The tool lifecycle counted from the identity graph's scan (pages/lifecycle.py): on a
 sound sample and on every way of breaking it (calls without responses, responses without
 calls, a trace that differs, NULL call_ids and traces under SQL's own rules, model calls that
 are not recorded), the counts from the pages are exactly the SQL's; a column holding a value
@@ -13,9 +13,12 @@ import pytest
 
 from capsem_core import db as _db
 from capsem_core._native import _pages
-from capsem_core.check import check_ledger, identity_pages, lifecycle_pages, opening, sql_checks
+from capsem_core import snapshot as opening
+from capsem_core.check import check_ledger, sql_checks
+from capsem_core.pages import graph as identity_pages
+from capsem_core.pages import lifecycle as lifecycle_pages
 from tests.check.test_identity_graph import ledger, sound
-from tests.check.test_identity_pages import sql
+from tests.pages.test_graph import sql
 
 FIXTURES = (sound, ledger)   # the identity graph's sample and its damaged copies
 

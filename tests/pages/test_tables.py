@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from capsem_core import page_tables
+from capsem_core.pages import tables as page_tables
 from capsem_core._native import _pages
 
 

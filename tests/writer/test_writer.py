@@ -365,7 +365,6 @@ def test_every_cut_at_a_flush_answers_every_reference_handed_out_so_far(tmp_path
                 cut = tmp_path / "cut.bodies"
                 cut.write_bytes(path.read_bytes()[:w.end])
                 reader = oracle.ArchiveOracle(cut)
-                assert w.pending_raw_len == 0
                 for ref, expected in refs:
                     # A block that so far holds only empty bodies has not been written yet.
                     if ref[0] + 8 <= w.end:

@@ -1,71 +1,149 @@
-"""The body index as public arrays: every archived body's row, in archive order.
+"""The body index as typed arrays: every archived body's row, in archive order.
 
-``scan_index`` reads event_body_blobs and body_blocks through the native scans (no Python
-object per row) in the caller's read transaction, and joins the key columns to the spans by
-row id; ``BodyIndex`` holds the result: numpy arrays for the numbers and digests, a
-``TextColumn`` per text key, and the blocks the kernel reads ahead.
+``BodyIndex`` is the one shape every reader of event_body_blobs shares (the check's archive
+step and verify, the bulk reads, ``Ledger.index()``, a fleet's block ranges): numpy arrays for
+the spans and digests, ``Blocks`` for body_blocks, and, when they were read, the keys
+(``BodyKeys``: a ``TextColumn`` per text key). ``capsem_core.bodies.scan`` fills it from a
+``Snapshot``, natively, with no Python object per row.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import db, index, index_pages
 from capsem_core.bodies.columns import Positions, TextColumn
-from capsem_core.errors import LedgerError
 from capsem_core.format import body_hash_text
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
+Digests = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Blocks:
+    """body_blocks ordered by ``block_offset``: each block's offset, raw length and on-disk
+    extent (``disk_len``, headers included)."""
+
+    block_offset: I64
+    raw_len: I64
+    disk_len: I64
+
+    def __len__(self) -> int:
+        return int(self.block_offset.shape[0])
+
+    def __getitem__(self, name: str) -> I64:
+        """A column by name (``blocks["block_offset"]``), as the native kernel reads them."""
+        value: I64 = getattr(self, name)
+        return value
+
+    def arrays(self) -> dict[str, I64]:
+        """The columns by name, as the native kernel takes them."""
+        return {"block_offset": self.block_offset, "raw_len": self.raw_len, "disk_len": self.disk_len}
+
+    def take(self, chosen: Positions | Mask | slice) -> Blocks:
+        """The blocks at ``chosen`` (positions, a mask or a slice), in offset order still."""
+        return Blocks(self.block_offset[chosen], self.raw_len[chosen], self.disk_len[chosen])
+
+    @classmethod
+    def of(cls, scanned: dict[str, Any]) -> Blocks:
+        return cls(scanned["block_offset"], scanned["raw_len"], scanned["disk_len"])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BodyKeys:
+    """The keys of the index's rows, row for row: ``event_id``, ``source_table``,
+    ``direction``, ``content_type`` (TextColumns), ``original_bytes``, ``truncated`` and
+    ``row_ok`` (False where a span or body_hash column holds another SQL type than it should:
+    the row names no body)."""
+
+    event_id: TextColumn
+    source_table: TextColumn
+    direction: TextColumn
+    content_type: TextColumn
+    original_bytes: I64
+    truncated: Mask
+    row_ok: Mask
+
+    def take(self, positions: Positions) -> BodyKeys:
+        return BodyKeys(self.event_id.take(positions), self.source_table.take(positions),
+                        self.direction.take(positions), self.content_type.take(positions),
+                        self.original_bytes[positions], self.truncated[positions], self.row_ok[positions])
+
+
+class KeysNotRead(ValueError):
+    """A key column asked of an index scanned without its keys (the check's: it needs spans)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class BodyIndex:
     """Every event_body_blobs row, in archive order (block_offset, body_offset, id).
 
-    ``id``, ``block_offset``, ``body_offset``, ``body_len``, ``original_bytes`` (int64),
-    ``digest`` ((n, 32) uint8: the row's body_hash decoded; zero where it is malformed),
-    ``hash_ok`` (False where body_hash is not "blake3:" + 64 lower-case hex digits),
-    ``row_ok`` (False where a span or body_hash column holds another SQL type than it
-    should: the row names no body), ``truncated`` (bool), and the keys ``event_id``,
-    ``source_table``, ``direction``, ``content_type`` as TextColumns. ``blocks`` is
-    body_blocks (block_offset, raw_len, disk_len arrays by offset), which every subset keeps.
-    Positions (``index[positions]``, ``Ledger.read_bodies(positions, index=...)``) count
-    rows of this order. A snapshot: it never changes as the ledger grows.
+    ``id``, ``block_offset``, ``body_offset``, ``body_len`` (int64), ``digest`` ((n, 32)
+    uint8: the row's body_hash decoded; zero where it is malformed), ``hash_ok`` (False where
+    body_hash is not "blake3:" + 64 lower-case hex digits); ``blocks``, body_blocks, which
+    every subset keeps; and, from ``Ledger.index()`` and the bulk reads, the keys:
+    ``event_id``, ``source_table``, ``direction``, ``content_type`` (TextColumns),
+    ``original_bytes``, ``truncated``, ``row_ok`` (see ``BodyKeys``). Positions
+    (``index[positions]``, ``Ledger.read_bodies(positions, index=...)``) count rows of this
+    order. A snapshot: it never changes as the ledger grows.
     """
 
     id: I64
     block_offset: I64
     body_offset: I64
     body_len: I64
-    digest: npt.NDArray[np.uint8]
+    digest: Digests
     hash_ok: Mask
-    row_ok: Mask
-    original_bytes: I64
-    truncated: Mask
-    event_id: TextColumn
-    source_table: TextColumn
-    direction: TextColumn
-    content_type: TextColumn
-    blocks: dict[str, I64]
+    blocks: Blocks
+    keys: BodyKeys | None = None
 
     def __len__(self) -> int:
         return int(self.id.shape[0])
 
+    def _keys(self) -> BodyKeys:
+        if self.keys is None:
+            raise KeysNotRead("this body index was read without its keys (scan it with keys=True)")
+        return self.keys
+
+    @property
+    def event_id(self) -> TextColumn:
+        return self._keys().event_id
+
+    @property
+    def source_table(self) -> TextColumn:
+        return self._keys().source_table
+
+    @property
+    def direction(self) -> TextColumn:
+        return self._keys().direction
+
+    @property
+    def content_type(self) -> TextColumn:
+        return self._keys().content_type
+
+    @property
+    def original_bytes(self) -> I64:
+        return self._keys().original_bytes
+
+    @property
+    def truncated(self) -> Mask:
+        return self._keys().truncated
+
+    @property
+    def row_ok(self) -> Mask:
+        """False where the row names no body; without keys, every row is taken as it reads."""
+        return self.keys.row_ok if self.keys is not None else np.ones(len(self), np.bool_)
+
     def take(self, positions: Positions) -> BodyIndex:
         """The rows at ``positions`` (kept in the order given), with the same blocks."""
         positions = np.asarray(positions, np.intp)
-        values: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            values[f.name] = v if f.name == "blocks" else (v.take(positions) if isinstance(v, TextColumn)
-                                                             else v[positions])
-        return BodyIndex(**values)
+        return BodyIndex(self.id[positions], self.block_offset[positions], self.body_offset[positions],
+                         self.body_len[positions], self.digest[positions], self.hash_ok[positions], self.blocks,
+                         None if self.keys is None else self.keys.take(positions))
 
     def __getitem__(self, key: slice | npt.NDArray[Any]) -> BodyIndex:
         """``index[positions]``, ``index[mask]`` or ``index[a:b]``: the rows chosen."""
@@ -83,49 +161,20 @@ class BodyIndex:
         return body_hash_text(bytes(self.digest[i]))
 
     def kernel_rows(self) -> dict[str, Any]:
-        """The arrays the native verify kernel reads (the scan_bodies layout)."""
+        """The arrays the native verify kernel reads, by name."""
         return {"id": self.id, "block_offset": self.block_offset, "body_offset": self.body_offset,
                 "body_len": self.body_len, "digest": self.digest, "hash_ok": self.hash_ok}
 
-
-def _text(keys: dict[str, Any], name: str) -> TextColumn:
-    return TextColumn(keys[name + "_data"], keys[name + "_offsets"], keys[name + "_null"])
-
-
-def scan_index(db_path: db.PathArg, conn: sqlite3.Connection, *, threads: int = 0,
-               pages: index_pages.HeldMap | None = None) -> BodyIndex:
-    """The whole body index of the ledger at db_path, read through ``conn`` (inside its read
-    transaction when it has one open, so the three scans see one snapshot; ``pages``: the
-    caller's held map of session.db, used where it is that snapshot). LedgerError naming
-    db_path when the index cannot be read."""
-    # Where the file is the snapshot, one pass over its pages gives spans and keys alike.
-    got = index_pages.scanned(db_path, conn, pages, keys=True) if index.page_scans() else None
-    if got is not None:
-        bodies, keys = got.bodies, got.keys
-    else:
-        bodies = index.scan_bodies(db_path, threads=threads, conn=conn)
-    blocks = index.scan_blocks(db_path, conn=conn)
-    if got is None:
-        keys = index.scan_keys(db_path, conn=conn)
-    body_id, key_id = bodies["id"], keys["id"]
-    texts = {name: _text(keys, name) for name in ("event_id", "source_table", "direction", "content_type")}
-    extra: dict[str, Any] = {"original_bytes": keys["original_bytes"], "truncated": keys["truncated"],
-                             "row_ok": keys["row_ok"]}
-    if not np.array_equal(body_id, key_id):
-        # Keys come in rowid order, spans in archive order: line the keys up by row id.
-        order = np.argsort(key_id, kind="stable")
-        at = np.searchsorted(key_id, body_id, sorter=order)
-        at = np.minimum(at, max(len(key_id) - 1, 0))
-        if len(body_id) != len(key_id) or (len(body_id) and not np.array_equal(key_id[order[at]], body_id)):
-            raise LedgerError("the body index changed while it was read: open the ledger again", db_path)
-        pos = order[at]
-        texts = {k: v.take(pos) for k, v in texts.items()}  # row numbers only: no bytes move
-        extra = {k: v[pos] for k, v in extra.items()}
-    return BodyIndex(id=body_id, block_offset=bodies["block_offset"], body_offset=bodies["body_offset"],
-                     body_len=bodies["body_len"], digest=bodies["digest"], hash_ok=bodies["hash_ok"],
-                     row_ok=extra["row_ok"], original_bytes=extra["original_bytes"], truncated=extra["truncated"],
-                     event_id=texts["event_id"], source_table=texts["source_table"], direction=texts["direction"],
-                     content_type=texts["content_type"], blocks=blocks)
+    def in_blocks(self, chosen: Mask) -> tuple[BodyIndex, Blocks]:
+        """The rows of the blocks ``chosen`` (a mask over ``blocks``), and any row naming no
+        recorded block (the kernel reports it), with those blocks: a part of the ledger one
+        kernel run reads (rows stay in archive order)."""
+        k_off = self.blocks.block_offset
+        slot = np.minimum(np.searchsorted(k_off, self.block_offset), max(len(k_off) - 1, 0))
+        named = (k_off[slot] == self.block_offset) if len(k_off) else np.zeros(len(self), np.bool_)
+        rows = np.ones(len(self), np.bool_)
+        rows[named] = chosen[slot[named]]
+        return self.take(np.flatnonzero(rows)), self.blocks.take(chosen)
 
 
-__all__ = ["BodyIndex", "scan_index"]
+__all__ = ["BodyIndex", "BodyKeys", "Blocks", "KeysNotRead"]

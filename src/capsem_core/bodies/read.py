@@ -16,12 +16,12 @@ import mmap
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import cores, verify
+from capsem_core import verify
 from capsem_core._native import _archive, _errors
 from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex
@@ -29,6 +29,9 @@ from capsem_core.bodies.columns import Positions
 from capsem_core.errors import LedgerError
 from capsem_core.format import MAX_BLOCK_RAW_BYTES
 from capsem_core.schema.vocabulary import BODY_DIRECTIONS, BODY_SOURCE_TABLES
+
+if TYPE_CHECKING:
+    from capsem_core.snapshot import Snapshot
 
 Errors = Literal["raise", "skip", "report"]
 ERRORS: tuple[str, ...] = ("raise", "skip", "report")
@@ -189,47 +192,43 @@ class Scratch:
         self.kernel = _archive.KernelBuffers()
 
 
-def _for_kernel(rows: BodyIndex) -> tuple[Positions, dict[str, Any] | None, list[verify.BodyFault]]:
-    """The rows the kernel reads (those naming a body in a block's bounds), their kernel
-    arrays (None when there are none), and the findings of the others."""
+def _for_kernel(rows: BodyIndex) -> tuple[Positions, BodyIndex | None, list[verify.BodyFault]]:
+    """The rows the kernel reads (those naming a body in a block's bounds), those rows (None
+    when there are none), and the findings of the others."""
     named = np.flatnonzero(rows.row_ok)
     findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~rows.row_ok)]
     if not named.shape[0]:
         return named, None, findings
-    kernel_rows = rows.kernel_rows()
-    if named.shape[0] != len(rows):
-        kernel_rows = {k: v[named] for k, v in kernel_rows.items()}
-    return named, kernel_rows, findings
+    return named, rows if named.shape[0] == len(rows) else rows.take(named), findings
 
 
-def read_each(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, threads: int, db_path: Path,
-              conn: sqlite3.Connection, scratch: Scratch) -> tuple[BodyIndex, list[bytes | None], list[verify.BodyFault]]:
+def read_each(snapshot: Snapshot, idx: BodyIndex, positions: Positions, threads: int,
+              scratch: Scratch) -> tuple[BodyIndex, list[bytes | None], list[verify.BodyFault]]:
     """The bodies at ``positions`` (sorted) as one bytes object each, which the kernel writes
     every verified body straight into (``Ledger.bodies``: no batch buffer between); None for
-    a body that did not verify, with its finding (archive order). ``reader`` is busy meanwhile."""
+    a body that did not verify, with its finding (archive order)."""
     rows = idx.take(positions)
     datas: list[bytes | None] = [None] * len(rows)
     named, kernel_rows, findings = _for_kernel(rows)
     if kernel_rows is not None:
-        outcome, got = _archive.verify_bodies_into_bytes(reader, idx.blocks, kernel_rows, cores.threads(threads),
-                                                         buffers=scratch.kernel)
+        done = verify.run(snapshot, verify.Part(kernel_rows, idx.blocks), threads=threads,
+                          into=verify.Into(as_bytes=True, buffers=scratch.kernel))
+        got = done.datas or []
         if named.shape[0] == len(rows):
             datas = got
         else:
             for at, data in zip(named.tolist(), got):
                 datas[at] = data
-        if outcome.status.any():
-            findings += verify.findings_of(outcome, kernel_rows, db_path, conn)
+        findings += done.faults
     findings.sort(key=lambda f: (f.block_offset, f.body_offset, f.row_id))
     return rows, datas, findings
 
 
-def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positions, errors: Errors, threads: int,
-               db_path: Path, bodies_path: Path, conn: sqlite3.Connection,
+def read_batch(snapshot: Snapshot, idx: BodyIndex, positions: Positions, errors: Errors, threads: int,
                scratch: Scratch | None = None) -> BodyBatch:
     """The bodies at ``positions`` (sorted) read by the kernel into one buffer (its workers
-    borrowing ``scratch``'s buffers, when given); ``reader`` is busy (its map used)
-    meanwhile. Damage as ``errors`` says (see the module)."""
+    borrowing ``scratch``'s buffers, when given), on ``snapshot``'s archive reader. Damage as
+    ``errors`` says (see the module)."""
     # Every row, in order (the common case): the index itself, no copy of its arrays.
     whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
     rows = idx if whole else idx.take(positions)
@@ -238,19 +237,18 @@ def read_batch(reader: _archive.ArchiveReader, idx: BodyIndex, positions: Positi
     if len(rows) > 1:
         np.cumsum(lens[:-1], out=offsets[1:])
     buffer = new_buffer(int(lens.sum()))
-    kernel_buffers = scratch.kernel if scratch is not None else None
     named, kernel_rows, findings = _for_kernel(rows)
     failed = np.flatnonzero(~rows.row_ok)
     if kernel_rows is not None:
-        outcome = _archive.verify_bodies_with(reader, idx.blocks, kernel_rows, cores.threads(threads), None, True,
-                                              out=buffer, out_offset=offsets[named], buffers=kernel_buffers)
-        bad = np.flatnonzero(outcome.status)
+        done = verify.run(snapshot, verify.Part(kernel_rows, idx.blocks), threads=threads,
+                          into=verify.Into(buffer, offsets[named], buffers=scratch.kernel if scratch else None))
+        bad = np.flatnonzero(done.status)
         if bad.shape[0]:
-            findings += verify.findings_of(outcome, kernel_rows, db_path, conn)
+            findings += done.faults
             failed = np.union1d(failed, named[bad])
     if failed.shape[0] and errors == "raise":
         first = min(findings, key=lambda f: (f.block_offset, f.body_offset, f.row_id))
-        raise fault_error(first, db_path, bodies_path)
+        raise fault_error(first, snapshot.db_path, snapshot.bodies_path)
     findings.sort(key=lambda f: (f.block_offset, f.body_offset, f.row_id))
     ok = np.ones(len(rows), np.bool_)
     if failed.shape[0]:

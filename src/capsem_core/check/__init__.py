@@ -21,7 +21,7 @@ it was one module.
 from __future__ import annotations
 
 from capsem_core.check.archive import BODY_INDEX_TABLES, MAX_EXTENT_BYTES
-from capsem_core.check.opening import READ_MMAP_BYTES, SQLITE_MAGIC
+from capsem_core.snapshot import READ_MMAP_BYTES, SQLITE_MAGIC
 from capsem_core.check.report import (
     CHECKS,
     ERROR,

@@ -4,88 +4,49 @@ Trusting neither the index nor the file, it bounds every body_blocks value befor
 (so no sum wraps int64), finds bodies naming no recorded block or running past their
 block's raw bytes, blocks inside the file header or overlapping each other, a missing,
 short or foreign archive, and walks every recorded extent's segment headers (nothing is
-inflated). Whole-index work is numpy over the native scans; nothing makes a Python object
-per body. ``BodyIndex`` is what --verify-bodies (``check/verify.py``) reuses, with the one
-ArchiveReader opened here (its open checks the file header; its map serves the extent walk
-and the verify kernel).
+inflated). Whole-index work is numpy over the snapshot's body index; nothing makes a Python
+object per body. The archive is opened once, by the snapshot (``Snapshot.archive``: its open
+checks the file header), and the extent walk is kept there for the verify kernel.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import db, index_pages
-from capsem_core import index as _index
-from capsem_core._native import _archive, _errors, _pages
+from capsem_core._native import _errors
 from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
+from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check.report import ERROR, CheckResult, Finding
 from capsem_core.errors import ArchiveError, LedgerError
+from capsem_core.snapshot import Snapshot
 
 BODY_INDEX_TABLES: tuple[str, ...] = ("body_blocks", "event_body_blobs")
 # The largest block offset or extent length the archive check does arithmetic on: any two
 # add up without wrapping int64, and no archive comes near it. A larger value is a finding.
 MAX_EXTENT_BYTES = (1 << 62) - 1
-# A native scan: column name -> array (see capsem_core.index).
-Scan = dict[str, Any]
 Column = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 
-@dataclass(slots=True)
-class BodyIndex:
-    """The body index as arrays (native scans): what the archive check and verify share."""
-
-    blocks: Scan   # block_offset, raw_len, disk_len; ordered by block_offset
-    bodies: Scan   # id, block_offset, body_offset, body_len, digest, hash_ok; archive order
-    archive_sound: bool = False
-    # The archive, opened once (None when it could not be: missing, irregular, short, foreign).
-    reader: _archive.ArchiveReader | None = None
-    # The extent walk over every block within bounds: its segment headers serve the kernel.
-    walk: _archive.ExtentWalk | None = None
-
-    def close(self) -> None:
-        self.walk = None
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+def has_body_index(tables: set[str]) -> bool:
+    """Whether the ledger has the body index (a ledger from before the archive has not)."""
+    return all(t in tables for t in BODY_INDEX_TABLES)
 
 
-def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
-                       result: CheckResult, plan: db.ReadPlan,
-                       conn: sqlite3.Connection | None = None,
-                       pages: _pages.PageFile | None = None,
-                       alongside: index_pages.Alongside | None = None) -> BodyIndex | None:
-    """Fill ``result`` with every disagreement of the index with itself and with the file;
-    returns the scanned index (None without one), ``archive_sound`` when nothing was found.
-    ``conn``: the caller's connection to db_path, in the read transaction of its other
-    checks; the scans run on it (see ``capsem_core.index``), or on ``pages``, the page check's
-    map of session.db when it is that transaction's snapshot (``alongside``: columns the
-    identity graph reads from the same rows, in that pass). The index's reader, when one was
-    opened, is the caller's to close (``BodyIndex.close``)."""
-    if not all(t in tables for t in BODY_INDEX_TABLES):
+def check_body_archive(snapshot: Snapshot, index: BodyIndex | None, result: CheckResult) -> bool:
+    """Fill ``result`` with every disagreement of ``index`` (the snapshot's, None for a ledger
+    with no body index) with itself and with the file; True when nothing was found, so the
+    bodies may be read back."""
+    if index is None:
         result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
-        return None
-    # A live writer may commit meanwhile. With ``conn`` both scans read the caller's one
-    # snapshot, so the order below is moot; without it (the fallback) each scan is its own
-    # snapshot, and the order is what keeps them consistent: the body index only grows
-    # (rows are added or replaced under new ids, a block's extent and raw_len only grow) and
-    # a writer syncs a segment before committing the rows that name it, so bodies first, then
-    # blocks, then the archive's size: every body then names a block recorded at least as
-    # late as itself, whose extent holds it and lies inside the file. (The other order could
-    # see a flush's bodies without its blocks: false damage.)
-    bodies = _index.scan_bodies(db_path, plan=plan, conn=conn, pages=pages, alongside=alongside)
-    blocks = _index.scan_blocks(db_path, plan=plan, conn=conn)
-    index = BodyIndex(blocks, bodies)
-    k_off, k_raw, k_disk = (blocks[k] for k in ("block_offset", "raw_len", "disk_len"))
-    b_blk, b_off, b_len = (bodies[k] for k in ("block_offset", "body_offset", "body_len"))
+        return False
+    blocks = index.blocks
+    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
+    b_blk, b_off, b_len = index.block_offset, index.body_offset, index.body_len
 
     # Every value is bounded before numpy adds it to another, so no sum can wrap int64: a
     # block row out of bounds is its own finding and takes no part in the sums and walks below.
@@ -132,6 +93,7 @@ def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
                            location={"block_offset": off}))
 
     # The file against the index.
+    bodies_path = snapshot.bodies_path
     try:
         st = os.lstat(bodies_path)
     except FileNotFoundError:
@@ -142,28 +104,26 @@ def check_body_archive(tables: set[str], db_path: Path, bodies_path: Path,
         what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
         result.add(Finding("archive_not_regular", ERROR,
                            f"session.bodies is {what}; a ledger's archive must be a regular file beside session.db"))
-        return index
+        return False
     size = None if st is None else st.st_size
     if size is None:
         if len(k_off) > 0:
             result.add(Finding("archive_missing", ERROR,
                                f"session.bodies is missing and {len(k_off)} blocks are recorded"))
-        return index
+        return False
     result.counts["archive_bytes"] = size
     if size < blocks_end:
         result.add(Finding("archive_short", ERROR,
                            f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
-        return index
+        return False
     try:
         # The one open of session.bodies: the native open checks the file header.
-        reader = _archive.ArchiveReader(bodies_path)
+        snapshot.archive()
     except ArchiveError as exc:
         result.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
-        return index
-    index.reader = reader
-    _walk_extents(index, sane, reader, result)
-    index.archive_sound = result.findings_total == 0
-    return index
+        return False
+    _walk_extents(snapshot, index, sane, result)
+    return result.findings_total == 0
 
 
 def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: CheckResult) -> Mask:
@@ -194,13 +154,13 @@ def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: Chec
     return ~bad
 
 
-def _walk_extents(index: BodyIndex, sane: Mask, reader: _archive.ArchiveReader, result: CheckResult) -> None:
+def _walk_extents(snapshot: Snapshot, index: BodyIndex, sane: Mask, result: CheckResult) -> None:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
     at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated).
     One native pass; the segment headers it parsed are kept for the verify kernel."""
-    k_off, k_raw, k_disk = (index.blocks[k][sane] for k in ("block_offset", "raw_len", "disk_len"))
-    walk = reader.walk_extents(k_off, k_disk)
-    index.walk = walk
+    blocks = index.blocks.take(sane)
+    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
+    walk = snapshot.walk_extents(sane)
     failed = np.zeros(len(k_off), dtype=bool)
     for i, exc in walk.failures:
         failed[i] = True
@@ -234,4 +194,4 @@ def kind_of(exc: ArchiveError) -> str:
     return _KINDS.get(type(exc).__name__, "archive")
 
 
-__all__ = ["BODY_INDEX_TABLES", "MAX_EXTENT_BYTES", "BodyIndex", "check_body_archive", "kind_of"]
+__all__ = ["BODY_INDEX_TABLES", "MAX_EXTENT_BYTES", "check_body_archive", "has_body_index", "kind_of"]

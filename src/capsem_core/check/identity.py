@@ -24,41 +24,12 @@ from collections.abc import Callable, Sequence
 
 from capsem_core.check.report import ERROR, NOTE, WARNING, CheckResult, Finding, Value
 from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
-from capsem_core.schema.create import table_columns
-from capsem_core.schema.tables import SESSION_TABLES
-from capsem_core.schema.vocabulary import TRANSPORT_EVENT_TYPES
+from capsem_core.pages.graph import Graph, model_items_hold, security_holds, tool_calls_hold, turns_hold
+from capsem_core.schema.joins import EVENT_TABLES, EXEMPT_EVENT_TYPES, SECURITY_TABLES, TURN_TABLES
 
 # Example rows kept per finding (the count says how many there are in all).
 EXAMPLES = 5
 
-# The tables that carry both trace_id and turn_id: a turn must name one trace in all of them.
-# Each has an index idx_<table>_turn_id.
-TURN_TABLES: tuple[str, ...] = tuple(
-    t for t in SESSION_TABLES if {"trace_id", "turn_id"} <= set(table_columns(t)))
-
-# The row a security event_type names, joined by event_id. Every target but tool_calls has an
-# event_id index (idx_<table>_event_id; transport_events' UNIQUE autoindex). security.rule and
-# security.ask name security rows themselves (a rule match on a rule match, a decision on an
-# ask).
-EVENT_TABLES: dict[str, str] = {
-    "http.request": "net_events",
-    "model.call": "model_calls",
-    "mcp.tool_call": "tool_calls",
-    "dns.query": "dns_events",
-    "file.event": "fs_events",
-    "file.import": "fs_events",
-    "file.export": "fs_events",
-    "process.exec": "exec_events",
-    "process.exec_complete": "exec_events",
-    "process.audit": "audit_events",
-    "credential.substitution": "substitution_events",
-    "security.rule": "security_rule_events",
-    "security.ask": "security_ask_events",
-    **{t: "transport_events" for t in TRANSPORT_EVENT_TYPES},
-}
-# MCP protocol facts with no row of their own: the security payload is their evidence.
-EXEMPT_EVENT_TYPES: tuple[str, ...] = ("mcp.tool_list", "mcp.event")
-SECURITY_TABLES: tuple[str, ...] = ("security_rule_events", "security_decision_events", "security_ask_events")
 
 
 def _broken(conn: sqlite3.Connection, sql: str, params: Sequence[Value] = ()) -> tuple[int, list[dict[str, Value]]]:
@@ -240,10 +211,37 @@ def _part(fn: Callable[[sqlite3.Connection, CheckResult], None]) -> Part:
 
 def session_parts(stopped: bool | None) -> list[Part]:
     """The invariants that read session.db alone, in the section's order: each a read of one
-    connection in the checks' snapshot, independent of the others, so check runs them on the
-    page check's workers (check/run.py); ``stopped`` as for ``check_turns``."""
+    connection in the checks' snapshot, independent of the others, so check runs each as a
+    step of its own on any connection of the snapshot; ``stopped`` as for ``check_turns``."""
     return [_part(check_model_items), _part(check_tool_calls),
             _part(lambda conn, result: check_turns(conn, result, stopped)), _part(check_security_joins)]
+
+
+def _held(counts: dict[str, int]) -> CheckResult:
+    part = CheckResult("identity_graph", "")
+    part.counts.update(counts)
+    return part
+
+
+def held_parts(graph: Graph | None) -> list[CheckResult | None]:
+    """The four parts of the section in its order: each the result its SQL would give, where
+    the arrays read from the pages (``pages.graph``) show it holds, else None (its SQL must
+    run: ``session_parts``)."""
+    if graph is None:
+        return [None, None, None, None]
+    rows = {t: graph.tables[t].rows for t in graph.tables}
+    out: list[CheckResult | None] = [
+        _held({"model_items": rows["model_items"], "item_without_model_call": 0, "tool_call_item_unrecorded": 0,
+               "tool_response_item_unrecorded": 0}) if model_items_hold(graph) else None,
+        _held({"tool_calls": rows["tool_calls"], "tool_responses": rows["tool_responses"],
+               "tool_call_not_in_items": 0, "response_not_later": 0}) if tool_calls_hold(graph) else None]
+    held, turns = turns_hold(graph)
+    out.append(_held({"turns": turns, "turn_in_many_traces": 0, "turn_without_model_call": 0}) if held else None)
+    held, mcp = security_holds(graph)
+    out.append(_held({"mcp_security_calls": mcp, "mcp_call_without_tool_call": 0,
+                      "security_rows": sum(rows[t] for t in SECURITY_TABLES), "security_event_unjoined": 0})
+               if held else None)
+    return out
 
 
 def merge_parts(result: CheckResult, parts: Sequence[CheckResult]) -> None:
@@ -263,5 +261,5 @@ def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: S
 
 
 __all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part",
-           "check_identity_graph", "check_model_items", "check_security_joins", "check_tool_calls", "check_turns", "merge_parts",
-           "session_parts"]
+           "check_identity_graph", "check_model_items", "check_security_joins", "check_tool_calls", "check_turns",
+           "held_parts", "merge_parts", "session_parts"]

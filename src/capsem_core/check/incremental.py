@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,10 +35,14 @@ import numpy.typing as npt
 from capsem_core import cores
 from capsem_core import verify as _verify
 from capsem_core._native import _archive, _blake3
+from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check import record as _record
 from capsem_core.check.subset import Subset
 from capsem_core.errors import LedgerError
 from capsem_core.paths import archive_path_for
+
+if TYPE_CHECKING:
+    from capsem_core.snapshot import Snapshot
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d{1,9})([smhdw])")
@@ -188,41 +192,36 @@ def timestamp(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def rows_digests(bodies: dict[str, Any], starts: npt.NDArray[np.int64],
+def rows_digests(index: BodyIndex, starts: npt.NDArray[np.int64],
                  counts: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
     """(blocks, 32): per block, BLAKE3 of the spans and body hashes of the index rows naming
     it (rows in archive order, the bodies of a block contiguous)."""
-    rows = np.empty(len(bodies["id"]), dtype=_ROW)
-    rows["body_offset"] = bodies["body_offset"]
-    rows["body_len"] = bodies["body_len"]
-    rows["hash_ok"] = bodies["hash_ok"]
-    rows["digest"] = np.asarray(bodies["digest"], dtype=np.uint8).reshape(-1, 32)
+    rows = np.empty(len(index), dtype=_ROW)
+    rows["body_offset"] = index.body_offset
+    rows["body_len"] = index.body_len
+    rows["hash_ok"] = index.hash_ok
+    rows["digest"] = np.asarray(index.digest, dtype=np.uint8).reshape(-1, 32)
     return _blake3.hash_many(rows.view(np.uint8).data, starts * _ROW.itemsize, counts * _ROW.itemsize)
 
 
-def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any],
-                db_path: Path, options: VerifyOptions, *, conn: Any = None, threads: int = 0,
-                progress: Callable[[int, int], None] | None = None,
-                begin: Callable[[int, int], None] | None = None, walk: _archive.ExtentWalk | None = None) -> Outcome:
-    """Verify the part of the ledger ``options`` asks for, on the open archive ``reader``.
-    ``blocks``/``bodies``: the index scans (blocks by offset, bodies in archive order, every
-    body naming a recorded block: the archive check found them in agreement). Failing rows
-    are labelled through ``conn``. ``begin(bytes, bodies)`` is told what the kernel will read.
-    ``walk``: the archive check's walk of every block, which the kernel reuses when it reads
-    every block back."""
-    k_off = np.asarray(blocks["block_offset"], dtype=np.int64)
-    k_raw = np.asarray(blocks["raw_len"], dtype=np.int64)
-    k_disk = np.asarray(blocks["disk_len"], dtype=np.int64)
+def verify_part(snapshot: Snapshot, options: VerifyOptions, *, threads: int = 0,
+                progress: Callable[[int, int], None] | None = None) -> Outcome:
+    """Verify the part of the snapshot's ledger ``options`` asks for (every block, by default)
+    on its archive reader, its index's bodies naming recorded blocks (the archive check found
+    them in agreement; ``Ledger.verify`` may hand over one that does not, and the kernel
+    reports it). ``progress`` is told what the kernel will read (its ``begin``), then how far
+    it is."""
+    index = snapshot.index()
+    reader = snapshot.archive()
+    blocks = index.blocks
+    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
     n = len(k_off)
-    b_blk = np.asarray(bodies["block_offset"], dtype=np.int64)
+    b_blk = index.block_offset
     starts = np.searchsorted(b_blk, k_off, "left")
     counts = np.searchsorted(b_blk, k_off, "right") - starts
-    # Each body's block (n for a body naming no recorded block: always handed to the kernel,
-    # which reports it; check never gets here with one, Ledger.verify may).
-    slot = np.minimum(np.searchsorted(k_off, b_blk), max(n - 1, 0))
-    body_block = np.where((k_off[slot] == b_blk) if n else np.zeros(len(b_blk), dtype=bool), slot, n)
     now = int(options.now if options.now is not None else time.time())
     cov = Coverage(incremental=options.incremental, subset=options.subset, max_age=options.max_age)
+    db_path = snapshot.db_path
 
     looked = options.subset.select(n) if options.subset is not None else np.ones(n, dtype=bool)
     cov.skipped = Share.of(~looked, counts, k_disk)
@@ -243,7 +242,7 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
             cov.warning = f"verification record {path} ignored: it {cov.warning}; every block is verified fully"
         cov.record = "used" if rec is not None else ("ignored" if cov.warning else "none yet")
         identity = _record.identity_of(reader, db_path)
-        rows = rows_digests(bodies, starts, counts)
+        rows = rows_digests(index, starts, counts)
         has = np.zeros(n, dtype=bool)
         if rec is not None and len(rec.entries):
             e = rec.entries
@@ -291,8 +290,9 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
     cov.unchanged = Share.of(proven, counts, k_disk)
     cov.verified = Share.of(full, counts, k_disk)
 
-    faults, failed, read_back = _run_kernel(reader, blocks, bodies, full, body_block, db_path, conn, threads,
-                                            progress, begin, walk)
+    part = _verify.whole(snapshot) if full.all() else _verify.Part(*index.in_blocks(full))
+    verified = _verify.run(snapshot, part, threads=threads, progress=progress)
+    failed = _failed_blocks(part.rows, verified.status, k_off)
     pending = None
     if options.incremental and identity is not None and path is not None and rows is not None:
         # Only blocks that came out clean get new entries; every other recorded block keeps
@@ -305,34 +305,17 @@ def verify_part(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: 
         new["verified_at"][clean] = now
         if cov.record != "used" or clean.any() or dropped:
             pending = PendingRecord(path, identity, new[clean | has], cov)
-    return Outcome(changed + faults, cov, pending, read_back)
+    return Outcome(changed + verified.faults, cov, pending, verified.read_back)
 
 
-def _run_kernel(reader: _archive.ArchiveReader, blocks: dict[str, Any], bodies: dict[str, Any], full: Mask,
-                body_block: npt.NDArray[np.int64], db_path: Path, conn: Any, threads: int,
-                progress: Callable[[int, int], None] | None,
-                begin: Callable[[int, int], None] | None,
-                walk: _archive.ExtentWalk | None) -> tuple[list[_verify.BodyFault], Mask, int]:
-    """The kernel over the blocks in ``full`` and their bodies (and any body naming no
-    recorded block); (faults, mask of blocks with a fault, bodies read back)."""
-    n = len(full)
-    failed = np.zeros(n + 1, dtype=bool)
-    if full.all():
-        part_blocks, part_bodies = blocks, bodies
-    else:
-        body_mask = np.append(full, True)[body_block]
-        part_blocks = {k: np.asarray(v)[full] for k, v in blocks.items()}
-        part_bodies = {k: np.asarray(v)[body_mask] for k, v in bodies.items()}
-        body_block = body_block[body_mask]
-    total = len(part_bodies["id"])
-    if total == 0:
-        return [], failed[:n], 0
-    if begin is not None:
-        begin(int(np.asarray(part_bodies["body_len"]).sum()), total)
-    outcome = _archive.verify_bodies_with(reader, part_blocks, part_bodies, threads=cores.threads(threads),
-                                          progress=progress, walk=walk if part_blocks is blocks else None)
-    failed[body_block[np.flatnonzero(outcome.status)]] = True
-    return _verify.findings_of(outcome, part_bodies, db_path, conn), failed[:n], total
+def _failed_blocks(rows: BodyIndex, status: npt.NDArray[np.uint8], k_off: npt.NDArray[np.int64]) -> Mask:
+    """The blocks (a mask over ``k_off``) holding a row the kernel did not verify."""
+    failed = np.zeros(len(k_off), dtype=bool)
+    bad = rows.block_offset[np.flatnonzero(status)]
+    slot = np.minimum(np.searchsorted(k_off, bad), max(len(k_off) - 1, 0))
+    if len(k_off):
+        failed[slot[k_off[slot] == bad]] = True
+    return failed
 
 
 def _changed_fault(i: int, k_off: Any, k_raw: Any, k_disk: Any, old: Any, shrank: bool, status: int,

@@ -1,13 +1,14 @@
-"""Running the checks of one ledger: the doctor's order, and what is skipped when.
+"""Running the checks of one ledger: its snapshot opened once, the checks as declared steps.
 
-``check_ledger`` opens the ledger (``opening.py``), begins one read transaction on the
-checks' connection, starts the page check (``pages.py``: quick_check per table on one
-connection per core plus the native page map, or one whole-file quick_check when a -wal
-holds pages) on worker threads, and meanwhile runs the other checks in that transaction (the
-SQL checks, the native index scans and the labels of --verify-bodies' findings). It throws
-their results away if the pages are damaged (the report then ends at page integrity, as the
-doctor's does), and runs --verify-bodies last, only when it is asked for and the archive
-check found the index and the file in agreement, on the archive reader that check opened.
+``check_ledger`` opens the ledger's ``Snapshot`` (one read transaction, with one more
+connection per core in the same snapshot where the database file is that snapshot), declares
+every step of the report with what it needs, and hands them to the one scheduler
+(``steps.py``), which runs them on the cores: the page check's jobs (``quick_check`` per
+table and the page map, or one whole-file ``quick_check`` when a -wal holds pages) and the
+identity graph's reads on any connection of the snapshot, the doctor's other checks on the
+checks' own connection in the report's order. A damaged page check ends the report there (as
+the doctor's does: the other sections are thrown away); else the first failure is raised;
+else the verification record of --verify-bodies --incremental is written.
 """
 
 from __future__ import annotations
@@ -15,17 +16,27 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
-from capsem_core import db, index_pages, schema
+from capsem_core import cores, schema
 from capsem_core._native import _pages
-from capsem_core.check import archive, identity, identity_pages, lifecycle_pages, opening, pages, sql_checks
-from capsem_core.check import verify as _verify_step
-from capsem_core.check.incremental import PendingRecord, VerifyOptions
+from capsem_core.bodies.body_index import BodyIndex
+from capsem_core.check import identity, sql_checks
+from capsem_core.check.archive import check_body_archive, has_body_index
+from capsem_core.check.incremental import VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
 from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
-from capsem_core.check.verify import ProgressCallback
+from capsem_core.check.steps import Outcome, Scheduler, Step
+from capsem_core.check.verify import SKIPPED_UNTIL_AGREE, ProgressCallback, VerifyStep, verify_bodies
 from capsem_core.errors import LedgerError
-from capsem_core.paths import archive_path_for
+from capsem_core.pages import check as page_check
+from capsem_core.pages.graph import Graph, blobs_alongside, read_graph, worth_scanning
+from capsem_core.pages.lifecycle import lifecycle_from_graph
+from capsem_core.snapshot import Snapshot
+
+# The identity graph's reads go to the workers ahead of the page jobs: the section waits on
+# them at the end, while the page jobs' order only decides which core finishes last.
+_AHEAD = float("inf")
 
 
 def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodies: bool = False,
@@ -45,189 +56,230 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     report whose ``sound`` is False.
     """
     db_path = Path(db_path)
-    bodies_path = archive_path_for(db_path)
-    report = CheckReport(db_path=db_path, bodies_path=bodies_path, session=db_path.absolute().parent.name,
-                         rows=rows, verify_bodies=verify_bodies,
-                         checks={name: CheckResult(name, title) for name, title in CHECKS})
-    checks = report.checks
-    # A symlinked session.bodies stays a finding of the report (it is never read through);
-    # the CLI refuses it up front.
-    opening.refuse_symlinks(db_path, archive=False)
-    # One read-only decision (db.py's) for every connection of this check, native ones too.
-    plan = db.read_plan(db_path)
-    if plan.unread_wal is not None:
-        checks["tables"].add(Finding("wal_not_read", ERROR,
-                                     f"{plan.unread_wal.describe()}; every count below is of session.db alone "
-                                     "and misses those commits (copy the ledger with its -wal to writable "
-                                     "storage to check all of it)", count=plan.unread_wal.commits,
-                                     location={"file": str(plan.unread_wal.path)}))
-    conn = opening.open_read_only(db_path, plan)
-    page_check: pages.PageCheck | None = None
     try:
-        # One read transaction serves every read of session.db: the page check's workers
-        # begin theirs after it (pages.py says why they then read the same pages), and the
-        # other checks run in it while the page check runs on its own threads. Their results
-        # are thrown away if it finds damage, so the report reads as if it had gone first.
-        conn.execute("BEGIN")
-        page_check = pages.PageCheck.start(db_path, plan, conn, checks["pages"], page_threads)
-        failure: LedgerError | None = None
-        pending: PendingRecord | None = None
+        snapshot = Snapshot.open(db_path, workers=cores.threads(page_threads))
+    except sqlite3.Error as exc:
+        raise LedgerError(_sqlite_message(exc), db_path) from None
+    try:
+        check = _Check(snapshot, rows, verify_bodies, progress, route, options)
+        outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
+        check.fill(outcome)
+        return check.report
+    except sqlite3.Error as exc:
+        raise LedgerError(_sqlite_message(exc), db_path) from None
+    finally:
+        snapshot.close()
+
+
+def check_pages(db_path: os.PathLike[str] | str, *, threads: int | None = None) -> CheckResult:
+    """The page check alone: the report's ``pages`` section for ``db_path`` (its lines as
+    findings, ``counts["damaged"]``), run as ``check`` runs it on ``threads`` workers."""
+    path = Path(db_path)
+    try:
+        with Snapshot.open(path, workers=cores.threads(threads)) as snapshot:
+            check = _Check(snapshot, 0, False, None, None, None, pages_only=True)
+            outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
+            failure = outcome.first_failure(check.steps, verdict=True)
+            if failure is not None:
+                raise failure
+            check._fill_pages(outcome.results, check.report.checks["pages"])
+            return check.report.checks["pages"]
+    except sqlite3.Error as exc:
+        raise LedgerError(_sqlite_message(exc), path) from None
+
+
+class _Check:
+    """The steps of one check, declared, and the report they fill."""
+
+    def __init__(self, snapshot: Snapshot, rows: int, verify: bool, progress: ProgressCallback | None,
+                 route: SessionRoute | None, options: VerifyOptions | None, *, pages_only: bool = False) -> None:
+        self.snapshot = snapshot
+        self.progress = progress
+        self.route = route
+        self.options = options
+        db_path = snapshot.db_path
+        self.report = CheckReport(db_path=db_path, bodies_path=snapshot.bodies_path,
+                                  session=db_path.absolute().parent.name, rows=rows, verify_bodies=verify,
+                                  checks={name: CheckResult(name, title) for name, title in CHECKS})
+        unread = snapshot.plan.unread_wal
+        if unread is not None:
+            self.report.checks["tables"].add(Finding(
+                "wal_not_read", ERROR, f"{unread.describe()}; every count below is of session.db alone and misses "
+                "those commits (copy the ledger with its -wal to writable storage to check all of it)",
+                count=unread.commits, location={"file": str(unread.path)}))
+        self.row, self.why = read_route(route)
+        pages = snapshot.pages
+        # Where the file is the snapshot (and not small), the identity graph is decided from its
+        # pages, with event_body_blobs' columns coded in the body index's own pass.
+        self.graph = Graph() if pages is not None and worth_scanning(pages) else None
+        self.alongside = blobs_alongside(self.graph) if self.graph is not None else None
+        self.workers = snapshot.workers
+        self.early: list[str] | None = None
+        self.schema: page_check.Schema | None = None
         try:
-            pending = _run_other_checks(conn, db_path, bodies_path, report, progress, plan, route, options,
-                                         page_check)
-        except LedgerError as exc:
-            failure = exc
-        except sqlite3.Error as exc:
-            failure = LedgerError(_sqlite_message(exc), db_path)
-        except UnicodeDecodeError as exc:   # an error quoting a damaged file's own bytes
-            failure = LedgerError(bytes(exc.object).decode("utf-8", "replace"), db_path)
-        page_check.wait()
+            self.schema = page_check.read_schema(snapshot.conn)
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            self.early = page_check.damage_lines(exc)
+        self.steps = self._page_steps() + ([] if pages_only else self._report_steps())
+
+    # --- the declarations ----------------------------------------------------------------
+
+    def _page_steps(self) -> list[Step]:
+        if self.early is not None:
+            return []
+        pages, schema_ = self.snapshot.pages, self.schema
+        if pages is None or schema_ is None:
+            self.workers = [self.snapshot.connect()]
+            return [Step("quick_check", lambda conn: page_check.quick_check_lines(conn), pool=True, verdict=True)]
+        return [Step(f"quick_check:{table}" if table is not None else "page_map",
+                     (lambda conn, t=table: page_check.quick_check_lines(conn, t)) if table is not None
+                     else (lambda conn: page_check.walk(pages, schema_)), pool=True, cost=cost, verdict=True)
+                for table, cost in page_check.jobs(pages, schema_)]
+
+    def _report_steps(self) -> list[Step]:
+        checks = self.report.checks
+        scanning = self.graph is not None
+        # Shared reads of the snapshot go to the workers where they read it; else they run on
+        # the checks' connection, after the doctor's sections.
+        beside = bool(self.snapshot.workers)
+        parts = [Step(f"identity_part:{i}", self._part(i), needs=("schema", *(("identity_scan",) if scanning else ())),
+                      pool=beside, cost=_AHEAD) for i in range(4)]
+        lifecycle_needs = ("tables", "identity_scan") if scanning else ("tables",)
+        return [
+            Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
+            Step("tables", lambda conn, _schema: _tables(conn, checks["tables"]), needs=("schema",)),
+            Step("body_index", self._body_index, needs=("tables",)),
+            Step("body_archive", lambda conn, index: check_body_archive(self.snapshot, index, checks["body_archive"]),
+                 needs=("body_index",)),
+            Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
+                 needs=("tables",)),
+            Step("tool_lifecycle", self._tool_lifecycle, needs=lifecycle_needs),
+            Step("provider_correlation", lambda conn, t: sql_checks.check_provider_correlation(
+                conn, t.names, t.counts, checks["provider_correlation"]), needs=("tables",)),
+            Step("null_fields", lambda conn, t: sql_checks.check_null_fields(conn, t.names, t.counts,
+                                                                            checks["null_fields"]), needs=("tables",)),
+            Step("tool_usage", lambda conn, t: sql_checks.check_tool_usage(conn, t.names, t.counts,
+                                                                          checks["tool_usage"]), needs=("tables",)),
+            Step("previews", lambda conn, t: sql_checks.check_previews(conn, t.names, t.counts, self.report.rows,
+                                                                      checks["previews"]), needs=("tables",)),
+            Step("verify_bodies", self._verify, needs=("body_archive",)),
+            Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
+            *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index", "page_map"), pool=True,
+                    cost=_AHEAD)] if scanning else []),
+            *parts,
+        ]
+
+    # --- the steps -------------------------------------------------------------------------
+
+    def _body_index(self, conn: sqlite3.Connection, tables: _Tables) -> BodyIndex | None:
+        if not has_body_index(tables.names):
+            return None
+        return self.snapshot.index(alongside=self.alongside)
+
+    def _tool_lifecycle(self, conn: sqlite3.Connection, tables: _Tables, graph: Graph | None = None) -> None:
+        result = self.report.checks["tool_lifecycle"]
+        if not sql_checks.lifecycle_tables(tables.names):
+            result.skip("tool_calls or tool_responses is missing")
+            return
+        counts = lifecycle_from_graph(graph) if graph is not None else None
+        if counts is None:
+            counts = sql_checks.tool_lifecycle_counts(conn, tables.names)
+        sql_checks.fill_tool_lifecycle(result, tables.counts, counts)
+
+    def _verify(self, conn: sqlite3.Connection, archive_sound: bool) -> VerifyStep | None:
+        result = self.report.checks["verify_bodies"]
+        if not self.report.verify_bodies:
+            result.skip("not requested (--verify-bodies reads every body back through its hash)")
+            return None
+        if not archive_sound or self.snapshot.reader is None:
+            result.skip(SKIPPED_UNTIL_AGREE)
+            return None
+        return verify_bodies(self.snapshot, result, self.progress, self.options)
+
+    def _scan_graph(self, conn: sqlite3.Connection, _schema: None, _index: BodyIndex | None,
+                    _walk: _pages.Walk) -> Graph | None:
+        """The identity graph's columns from the pages (after the page map: its pages are then
+        mapped; after the body index's pass: its codes are the graph's meanwhile)."""
+        assert self.snapshot.pages is not None and self.graph is not None
+        return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
+
+    def _part(self, i: int) -> Any:
+        sql = identity.session_parts(session_stopped(self.row))[i]
+
+        def run(conn: sqlite3.Connection, _schema: None, graph: Graph | None = None) -> CheckResult:
+            held = identity.held_parts(graph)[i] if graph is not None else None
+            return held if held is not None else sql(conn)
+
+        return run
+
+    def _identity_graph(self, conn: sqlite3.Connection, *parts: CheckResult) -> None:
+        result = self.report.checks["identity_graph"]
+        identity.merge_parts(result, parts)
+        check_route(conn, self.route, self.row, self.why, result)
+
+    # --- the report ------------------------------------------------------------------------
+
+    def fill(self, outcome: Outcome) -> None:
+        """The sections from what the steps gave: the page check first (its damage ends the
+        report), then the first failure raised, then the record written."""
+        failure = outcome.first_failure(self.steps, verdict=True)
+        if failure is not None:
+            raise failure   # a lock or an I/O failure, not a verdict on the pages
+        checks = self.report.checks
+        self._fill_pages(outcome.results, checks["pages"])
         if checks["pages"].status == FAIL:
             for name, title in CHECKS:
                 if name != "pages":
                     checks[name] = CheckResult(name, title)
                     checks[name].skip("the ledger's pages are damaged")
-            return report
+            return
+        failure = outcome.first_failure(self.steps, verdict=False)
         if failure is not None:
-            raise failure
-        if pending is not None:
-            pending.commit()   # the pages are sound: what was verified may be recorded
-    except sqlite3.Error as exc:
-        raise LedgerError(_sqlite_message(exc), db_path) from None
-    finally:
-        if page_check is not None:
-            page_check.close()
-        conn.close()
-    return report
+            raise _as_ledger_error(failure, self.snapshot.db_path)
+        done: VerifyStep | None = outcome.results.get("verify_bodies")
+        if done is not None:
+            self.report.coverage = done.coverage
+            if done.pending is not None:
+                done.pending.commit()   # the pages are sound: what was verified may be recorded
 
-
-def _run_other_checks(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, report: CheckReport,
-                      progress: ProgressCallback | None, plan: db.ReadPlan,
-                      route: SessionRoute | None, options: VerifyOptions | None,
-                      page_check: pages.PageCheck) -> PendingRecord | None:
-    """Everything after page integrity, in the report's order (the identity graph's
-    session.db reads on the page check's workers when they read this snapshot, and the tool
-    lifecycle counted from the same scan where the graph is decided from the pages)."""
-    checks = report.checks
-    # One read transaction (begun by check_ledger) serves every read of session.db: the SQL checks
-    # (a writer committing meanwhile cannot make one count disagree with another: a response
-    # counted whose call was not, a total below its part), the native index scans (on this
-    # connection, see capsem_core.index) and the labels of --verify-bodies' findings. It stays
-    # open through the verify, so while a long verify runs a live writer's WAL cannot be
-    # checkpointed past this snapshot (it is once the check ends); one snapshot is what lets
-    # every figure of the report describe the same ledger.
-    index: archive.BodyIndex | None = None
-    pending: PendingRecord | None = None
-    graph: _IdentityBeside | None = None
-    try:
-        schema.check_schema(conn, db_path)  # refuse a ledger of another build
-        # The identity graph is the longest of the SQL checks and reads nothing the others
-        # write: where the page check's workers read this snapshot it runs on them, beside
-        # everything below, and is collected at the end.
-        graph = _IdentityBeside.start(page_check, route)
-        tables = sql_checks.table_names(conn)
-        row_counts = sql_checks.check_tables(conn, tables, checks["tables"])
-        # The identity graph's traces and turns of event_body_blobs come from the same pass; its
-        # scan waits for the pass to end, read or not (an exception: the finally below).
-        blobs = graph.blobs if graph is not None else None
-        index = archive.check_body_archive(tables, db_path, bodies_path, checks["body_archive"], plan, conn,
-                                           page_check.page_file, blobs)
-        if blobs is not None:
-            blobs.done.set()
-        sql_checks.check_fs_overflow(conn, tables, checks["fs_overflow"])
-        # Where the identity graph's scan runs, it reads the tool lifecycle's columns too.
-        lifecycle_later = graph is not None and graph.scans and sql_checks.lifecycle_tables(tables)
-        if not lifecycle_later:
-            sql_checks.check_tool_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
-        sql_checks.check_provider_correlation(conn, tables, row_counts, checks["provider_correlation"])
-        sql_checks.check_null_fields(conn, tables, row_counts, checks["null_fields"])
-        sql_checks.check_tool_usage(conn, tables, row_counts, checks["tool_usage"])
-        sql_checks.check_previews(conn, tables, row_counts, report.rows, checks["previews"])
-        if graph is None:
-            identity.check_identity_graph(conn, checks["identity_graph"], route)
-        verify = checks["verify_bodies"]
-        if not report.verify_bodies:
-            verify.skip("not requested (--verify-bodies reads every body back through its hash)")
-        elif index is None or not index.archive_sound or index.reader is None:
-            verify.skip(_verify_step.SKIPPED_UNTIL_AGREE)
+    def _fill_pages(self, results: dict[str, Any], result: CheckResult) -> None:
+        walk: _pages.Walk | None = results.get("page_map")
+        if self.early is not None:
+            lines = self.early
         else:
-            report.coverage, pending = _verify_step.verify_bodies(conn, db_path, index, verify, progress, options)
-        if graph is not None:
-            graph.finish(conn, checks["identity_graph"])
-            if lifecycle_later:
-                graph.fill_lifecycle(conn, tables, row_counts, checks["tool_lifecycle"])
-    finally:
-        if graph is not None and graph.blobs is not None:
-            graph.blobs.done.set()   # a check that failed before or in its body archive step
-        if index is not None:
-            index.close()
-    return pending
+            checked = [results[s.name] for s in self.steps if s.name.startswith("quick_check") and s.name in results]
+            lines = page_check.verdict_lines(checked, walk, self.schema)
+        result.counts["lines"] = len(lines)
+        result.counts["method"] = page_check.PER_TABLE if walk is not None else page_check.WHOLE_FILE
+        result.counts["threads"] = len(self.workers)
+        result.counts["tables_checked"] = sum(1 for k in results if k.startswith("quick_check:"))
+        if walk is not None:
+            result.counts["pages_walked"] = page_check.pages_walked(walk)
+        if lines != ["ok"]:
+            for line in lines:
+                result.add(Finding("page_damage", ERROR, line))
+        result.counts["damaged"] = lines != ["ok"]
 
 
-class _IdentityBeside:
-    """The identity graph's session.db parts on the page check's workers. Where the mapped
-    file is the snapshot (and not small), one job first decides from its pages which parts
-    hold (identity_pages.py) and queues the SQL of the others there too, and takes the tool
-    lifecycle's counts from the same scan (lifecycle_pages.py); else every part's SQL is
-    queued."""
+class _Tables:
+    """The tables step's answer: the ledger's tables and their row counts."""
 
-    def __init__(self, page_check: pages.PageCheck, route: SessionRoute | None) -> None:
-        self.page_check = page_check
-        self.route = route
-        self.row, self.why = read_route(route)
-        self.stopped = session_stopped(self.row)
-        mapped = page_check.page_file
-        self.handles: list[pages.Beside] = []
-        self.gate: pages.Beside | None = None
-        self.lifecycle: sql_checks.Lifecycle | None = None
-        self.graph: identity_pages.Graph | None = None
-        self.blobs: index_pages.Alongside | None = None
-        if mapped is not None and identity_pages.worth_scanning(mapped):
-            self.graph = identity_pages.Graph()
-            self.blobs = identity_pages.blobs_alongside(self.graph)
-            # After the page map: it has mapped every page the scan reads by then.
-            self.gate = page_check.run_beside([lambda conn: self._decide(mapped, conn)], after_walk=True)[0]
-        else:
-            self.handles = page_check.run_beside(identity.session_parts(self.stopped))
+    def __init__(self, names: set[str], counts: dict[str, int]) -> None:
+        self.names = names
+        self.counts = counts
 
-    def _decide(self, mapped: _pages.PageFile, conn: sqlite3.Connection) -> list[CheckResult | pages.Beside]:
-        """Which parts the pages show to hold; the SQL of the others queued on the workers."""
-        # The body index's pass codes event_body_blobs' columns in the graph's codes first. Its
-        # end is signalled in a finally; a check torn down (Ctrl-C) before it got there stops
-        # the page check, and then this job has nothing to decide.
-        while self.blobs is not None and not self.blobs.done.wait(0.05):
-            if self.page_check.stopping:
-                return []
-        graph = identity_pages.read_graph(mapped, conn, self.graph, self.blobs)
-        self.lifecycle = lifecycle_pages.lifecycle_from_graph(graph)
-        held = identity_pages.held_parts(graph)
-        sql = identity.session_parts(self.stopped)
-        queued = iter(self.page_check.run_beside([sql[i] for i, part in enumerate(held) if part is None]))
-        return [part if part is not None else next(queued) for part in held]
 
-    @property
-    def scans(self) -> bool:
-        """Whether the parts are decided from the pages (then the tool lifecycle is too)."""
-        return self.gate is not None
+def _tables(conn: sqlite3.Connection, result: CheckResult) -> _Tables:
+    names = sql_checks.table_names(conn)
+    return _Tables(names, sql_checks.check_tables(conn, names, result))
 
-    @classmethod
-    def start(cls, page_check: pages.PageCheck, route: SessionRoute | None) -> _IdentityBeside | None:
-        return cls(page_check, route) if page_check.shares_snapshot else None
 
-    def finish(self, conn: sqlite3.Connection, result: CheckResult) -> None:
-        """Wait for the parts (raising what one raised) and fill the section, main.db's
-        comparison last, on ``conn``."""
-        parts = self.gate.result(self.page_check, conn) if self.gate is not None else self.handles
-        identity.merge_parts(result, [p if isinstance(p, CheckResult) else p.result(self.page_check, conn)
-                                      for p in parts])
-        check_route(conn, self.route, self.row, self.why, result)
-
-    def fill_lifecycle(self, conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
-                       result: CheckResult) -> None:
-        """The tool lifecycle, from the scan's counts (after ``finish``), or by its SQL on
-        ``conn`` where the scan could not count it."""
-        counts = self.lifecycle if self.lifecycle is not None else sql_checks.tool_lifecycle_counts(conn, tables)
-        sql_checks.fill_tool_lifecycle(result, row_counts, counts)
+def _as_ledger_error(exc: BaseException, db_path: Path) -> BaseException:
+    if isinstance(exc, sqlite3.Error):
+        return LedgerError(_sqlite_message(exc), db_path)
+    if isinstance(exc, UnicodeDecodeError):   # an error quoting a damaged file's own bytes
+        return LedgerError(bytes(exc.object).decode("utf-8", "replace"), db_path)
+    return exc
 
 
 def _sqlite_message(exc: sqlite3.Error) -> str:
@@ -237,4 +289,4 @@ def _sqlite_message(exc: sqlite3.Error) -> str:
     return text
 
 
-__all__ = ["check_ledger"]
+__all__ = ["check_ledger", "check_pages"]

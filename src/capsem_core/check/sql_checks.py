@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from capsem_core.check.report import ERROR, NOTE, WARNING, CheckResult, Finding, Table, Value
+from capsem_core.pages.lifecycle import Lifecycle
 
 EXPECTED_TABLES: tuple[str, ...] = ("net_events", "model_calls", "tool_calls", "tool_responses", "fs_events")
 PROVIDER_DOMAIN_PATTERNS: tuple[str, ...] = ("%.googleapis.com", "%.anthropic.com", "%.openai.com")
@@ -90,18 +90,6 @@ def check_fs_overflow(conn: sqlite3.Connection, tables: set[str], result: CheckR
         result.add(Finding("fs_overflow", NOTE,
                            f"File monitor held {deferred} changes over to a later scan in {windows} "
                            f"overflowing windows (fs_events action 'overflow')", count=int(windows)))
-
-
-@dataclass(frozen=True, slots=True)
-class Lifecycle:
-    """The tool lifecycle's counts: calls no response answers, responses answering no call
-    (both within one trace), and calls and responses naming a model call model_calls does
-    not record (None when the ledger has no model_calls)."""
-
-    unanswered: int
-    orphaned: int
-    missing_call: int | None
-    missing_resp: int | None
 
 
 def lifecycle_tables(tables: set[str]) -> bool:

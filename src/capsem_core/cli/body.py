@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from capsem_core.check.opening import refuse_symlinks
+from capsem_core.snapshot import refuse_symlinks
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError

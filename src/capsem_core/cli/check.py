@@ -17,7 +17,7 @@ from pathlib import Path
 from capsem_core import sessions
 from capsem_core.check import check_ledger, report_to_json
 from capsem_core.check.incremental import VerifyOptions, parse_duration
-from capsem_core.check.opening import refuse_symlinks
+from capsem_core.snapshot import refuse_symlinks
 from capsem_core.check.subset import Subset
 from capsem_core.check.route import SessionRoute
 from capsem_core.cli.check_text import render_text

@@ -22,7 +22,7 @@ import numpy as np
 
 from capsem_core._native import _blake3
 from capsem_core.bodies import BodyIndex
-from capsem_core.check.opening import refuse_symlinks
+from capsem_core.snapshot import refuse_symlinks
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger

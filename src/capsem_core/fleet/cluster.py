@@ -28,6 +28,7 @@ when a run asks for a cluster.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -211,12 +212,19 @@ def connect(address: str, *, workers: int, tls: ClientTls | None = None,
         return
     if tls is None:
         tls = client_tls(address)
+    failure: SchedulerError | None = None
     try:
         client = Client(address, timeout=timeout, security=tls.security if tls else None)  # type: ignore[no-untyped-call]
     # RuntimeError: Dask's configuration requires encryption; ValueError: tornado's, for a
     # connection closed before its TLS handshake (the address itself was checked above).
     except (OSError, RuntimeError, ValueError) as exc:
-        raise _refused(address, exc, tls, timeout) from exc
+        failure = _refused(address, exc, tls, timeout)
+    if failure is not None:
+        # The half-built Client is garbage once the exception is gone, and its __del__ closes
+        # its event loop under a lock the next Client's construction holds: collected here,
+        # where no such lock is held, it cannot meet a later connect of this process.
+        gc.collect()
+        raise failure
     with client:
         yield client
 

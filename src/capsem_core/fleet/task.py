@@ -26,15 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import cores, db, index
 from capsem_core import verify as _verify
-from capsem_core._native import _archive
 from capsem_core.check import check_ledger
-from capsem_core.check.opening import open_read_only
 from capsem_core.check.report import MAX_FINDINGS_PER_CHECK, CheckReport, Finding
 from capsem_core.check.verify import body_finding
 from capsem_core.errors import LedgerError
-from capsem_core.paths import archive_path_for
+from capsem_core.snapshot import Snapshot
 
 # The options of a fleet run that are check_ledger's own: a name check_ledger does not take
 # is refused up front (UnsupportedOption), never dropped.
@@ -153,10 +150,6 @@ class RangeOutcome:
     worker: str = ""
 
 
-def _slice(arrays: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
-    return {k: v[lo:hi] for k, v in arrays.items()}
-
-
 def range_task(task: RangeTask) -> RangeOutcome:
     """Verify one block range of a ledger through the native kernel: bodies in archive order
     (the index scan's), so the ranges of a ledger, in offset order, list their failures in
@@ -173,35 +166,24 @@ def range_task(task: RangeTask) -> RangeOutcome:
 
 
 def _verify_range(task: RangeTask, out: RangeOutcome) -> None:
-    plan = db.read_plan(task.db_path)
-    conn = open_read_only(task.db_path, plan)
-    try:
-        # One snapshot for both scans and the labels of failing rows, as the check reads it.
-        conn.execute("BEGIN")
-        bodies = index.scan_bodies(task.db_path, plan=plan, conn=conn)
-        blocks = index.scan_blocks(task.db_path, plan=plan, conn=conn)
-        k_off = blocks["block_offset"]
-        b_blk = bodies["block_offset"]
-        out.bodies_indexed, out.blocks_indexed = int(len(b_blk)), int(len(k_off))
+    # One snapshot for the index and the labels of failing rows, as the check reads it.
+    with Snapshot.open(task.db_path) as snapshot:
+        index = snapshot.index()
+        k_off, b_blk = index.blocks.block_offset, index.block_offset
+        out.bodies_indexed, out.blocks_indexed = len(index), len(index.blocks)
         hi = np.iinfo(np.int64).max if task.hi is None else task.hi
         k_lo, k_hi = (int(x) for x in np.searchsorted(k_off, [task.lo, hi], side="left"))
         b_lo, b_hi = (int(x) for x in np.searchsorted(b_blk, [task.lo, hi], side="left"))
-        sub_bodies = _slice(bodies, b_lo, b_hi)
+        rows = index[b_lo:b_hi]
         out.blocks = k_hi - k_lo
-        out.disk_bytes = int(blocks["disk_len"][k_lo:k_hi].sum()) if out.blocks else 0
+        out.disk_bytes = int(index.blocks.disk_len[k_lo:k_hi].sum()) if out.blocks else 0
         out.bodies = b_hi - b_lo
-        out.body_bytes = int(sub_bodies["body_len"].sum()) if out.bodies else 0
+        out.body_bytes = int(rows.body_len.sum()) if out.bodies else 0
         if out.bodies == 0:
             return
-        with _archive.ArchiveReader(archive_path_for(task.db_path)) as reader:
-            outcome = _archive.verify_bodies_with(reader, _slice(blocks, k_lo, k_hi), sub_bodies, cores.threads(0))
-        faults = _verify.findings_of(outcome, sub_bodies, task.db_path, conn)
+        faults = _verify.run(snapshot, _verify.Part(rows, index.blocks.take(slice(k_lo, k_hi)))).faults
         out.failures = len(faults)
         out.findings = [body_finding(f) for f in faults[:MAX_FINDINGS_PER_CHECK]]
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
 
 
 def block_ranges(archive_size: int, range_bytes: int) -> list[tuple[int, int | None]]:

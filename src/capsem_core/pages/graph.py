@@ -13,8 +13,9 @@ plain rowid table, a collation, a damaged tree), is handed to its SQL, which wor
 findings with their examples. So the section always reads exactly as the SQL writes it; the
 arrays only spare a sound ledger the SQL.
 
-It runs only where the page check reads the checks' snapshot from the database file itself
-(``PageCheck.page_file``): then the file's pages are the snapshot's.
+It runs only where the check's snapshot is the database file itself (``Snapshot.pages``):
+then the file's pages are the snapshot's. ``check/identity.py`` turns what holds into the
+section's parts.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core import index_pages, page_tables
 from capsem_core._native import _pages
-from capsem_core.check.identity import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
-from capsem_core.check.report import CheckResult
+from capsem_core.pages import tables as page_tables
+from capsem_core.pages.index import Alongside
+from capsem_core.schema.joins import EVENT_TABLES, SECURITY_TABLES, TURN_TABLES
 
 Array = npt.NDArray[np.int64]
 NULL = _pages.NULL_VALUE
@@ -97,21 +98,19 @@ class Graph:
 BLOBS = "event_body_blobs"
 
 
-def blobs_alongside(graph: Graph) -> index_pages.Alongside:
+def blobs_alongside(graph: Graph) -> Alongside:
     """What the body index's pass over event_body_blobs reads for ``graph`` (its traces and
     turns, in the graph's codes), so ``read_graph`` need not walk those rows again."""
-    return index_pages.Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())})
+    return Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())})
 
 
 def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | None = None,
-               blobs: index_pages.Alongside | None = None) -> Graph | None:
-    """Scan every table the parts read (``conn``: the checks' connection, for the schema) into
-    ``graph`` (default a new one). ``blobs``: event_body_blobs' columns read by the body
-    index's pass (``blobs_alongside(graph)``), taken where that pass read them; the pass must
-    have ended (its scan holds the graph's codes). None when the file cannot serve them (then
-    every part runs its SQL)."""
-    if blobs is not None and not blobs.done.is_set():
-        raise RuntimeError("the body index's pass over event_body_blobs has not ended")
+               blobs: Alongside | None = None) -> Graph | None:
+    """Scan every table the parts read (``conn``: a connection of the snapshot, for the
+    schema) into ``graph`` (default a new one). ``blobs``: event_body_blobs' columns read by
+    the body index's pass (``blobs_alongside(graph)``), taken where that pass read them; the
+    pass must have ended (its scan holds the graph's codes: the caller orders the two). None
+    when the file cannot serve them (then every part runs its SQL)."""
     if not page_tables.utf8(conn):
         return None
     graph = graph if graph is not None else Graph()
@@ -366,39 +365,12 @@ def security_holds(graph: Graph) -> tuple[bool, int]:
     return _pages.missing_sorted(pool, keys) == 0, mcp
 
 
-# --- the parts, as identity.session_parts runs them -------------------------------------------
-
-def _held(counts: dict[str, int]) -> CheckResult:
-    part = CheckResult("identity_graph", "")
-    part.counts.update(counts)
-    return part
-
-
-def held_parts(graph: Graph | None) -> list[CheckResult | None]:
-    """The four parts of the section in its order: each the result its SQL would give, where
-    the arrays show it holds, else None (its SQL must run: ``identity.session_parts``)."""
-    if graph is None:
-        return [None, None, None, None]
-    rows = {t: graph.tables[t].rows for t in graph.tables}
-    out: list[CheckResult | None] = [
-        _held({"model_items": rows["model_items"], "item_without_model_call": 0, "tool_call_item_unrecorded": 0,
-               "tool_response_item_unrecorded": 0}) if model_items_hold(graph) else None,
-        _held({"tool_calls": rows["tool_calls"], "tool_responses": rows["tool_responses"],
-               "tool_call_not_in_items": 0, "response_not_later": 0}) if tool_calls_hold(graph) else None]
-    held, turns = turns_hold(graph)
-    out.append(_held({"turns": turns, "turn_in_many_traces": 0, "turn_without_model_call": 0}) if held else None)
-    held, mcp = security_holds(graph)
-    out.append(_held({"mcp_security_calls": mcp, "mcp_call_without_tool_call": 0,
-                      "security_rows": sum(rows[t] for t in SECURITY_TABLES), "security_event_unjoined": 0})
-               if held else None)
-    return out
-
-
 def worth_scanning(pages: _pages.PageFile | None) -> bool:
     """Whether check decides the section from ``pages`` (the mapped snapshot, or None): only
     from MIN_BYTES up, where the scan costs less than the SQL it spares."""
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["BLOBS", "MIN_BYTES", "Graph", "Table", "blobs_alongside", "clean", "held_parts", "member", "model_items_hold", "pair_keys",
-           "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted", "worth_scanning"]
+__all__ = ["BLOBS", "MIN_BYTES", "Graph", "Table", "blobs_alongside", "clean", "member", "model_items_hold",
+           "pair_keys", "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted",
+           "worth_scanning"]

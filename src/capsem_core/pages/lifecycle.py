@@ -1,8 +1,8 @@
-"""The tool lifecycle's counts from the identity graph's scanned columns.
+"""The tool lifecycle's counts, and how they are taken from the identity graph's scanned columns.
 
 The tool lifecycle (``sql_checks.tool_lifecycle_counts``) joins tool_calls and tool_responses
 on (call_id, trace_id) and both on model_calls' id: four index-backed SQL passes, about half
-a second on a million-body ledger. The identity graph's scan (``identity_pages.read_graph``)
+a second on a million-body ledger. The identity graph's scan (``pages.graph.read_graph``)
 has already read each of those columns into arrays, so where it ran the four counts are
 taken from them with SQL's own rules: a NULL call_id answers nothing, ``trace_id IS``
 matches NULL with NULL, a NULL model_call_id names nothing. Where a column holds a value of
@@ -11,11 +11,25 @@ another kind than declared the arrays do not say what SQL would, and the SQL run
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core.check.identity_pages import NULL, Array, Graph, clean, member, pairs_in
-from capsem_core.check.sql_checks import Lifecycle
+from capsem_core.pages.graph import NULL, Array, Graph, clean, member, pairs_in
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """The tool lifecycle's counts: calls no response answers, responses answering no call
+    (both within one trace), and calls and responses naming a model call model_calls does
+    not record (None when the ledger has no model_calls)."""
+
+    unanswered: int
+    orphaned: int
+    missing_call: int | None
+    missing_resp: int | None
+
 
 # The columns the four counts read, per table (a bench's baseline scans exactly these).
 USES = {"tool_calls": ("call_id", "trace_id", "model_call_id"),
@@ -50,4 +64,4 @@ def lifecycle_from_graph(graph: Graph | None) -> Lifecycle | None:
                      missing_call=_unrecorded(calls, ids), missing_resp=_unrecorded(responses, ids))
 
 
-__all__ = ["USES", "lifecycle_from_graph"]
+__all__ = ["USES", "Lifecycle", "lifecycle_from_graph"]

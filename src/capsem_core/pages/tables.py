@@ -1,6 +1,6 @@
 """What a native page scan of session.db checks before it runs: that the mapped file is the one
-SQLite reads (``same_file``), and which record column of a table's rows holds which declared
-column.
+SQLite reads and the snapshot of the reader's transaction (``map_snapshot``, ``same_file``,
+``HeldMap``), and which record column of a table's rows holds which declared column.
 
 A scan of session.db's own pages (``_pages.PageFile.records``) reads record columns by number,
 so before one runs, its caller asks here where each column it wants is stored, and whether
@@ -13,9 +13,11 @@ NULL in its record column.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Collection, Sequence
 
+from capsem_core import db
 from capsem_core._native import _pages
 
 
@@ -74,4 +76,67 @@ def root_page(conn: sqlite3.Connection, table: str) -> int | None:
     return root if isinstance(root, int) and not isinstance(root, bool) and 0 < root <= 0xFFFFFFFF else None
 
 
-__all__ = ["record_columns", "root_page", "same_file", "utf8"]
+def reads_the_file(db_path: os.PathLike[str] | str, conn: sqlite3.Connection,
+                   plan: db.ReadPlan | None = None) -> bool:
+    """Whether ``conn``'s open read transaction reads the database file alone (it is read
+    from first, so its snapshot is fixed): then the file's own pages are that snapshot."""
+    conn.execute("SELECT COUNT(*) FROM sqlite_schema").fetchone()
+    return conn.in_transaction and db.main_file_is_snapshot(db_path, plan)
+
+
+def mapped(db_path: os.PathLike[str] | str) -> _pages.PageFile | None:
+    """session.db mapped read-only, or None when it cannot be (the SQL then says what is wrong)."""
+    try:
+        return _pages.PageFile(db_path)
+    except OSError:
+        return None
+
+
+def map_snapshot(db_path: os.PathLike[str] | str, conn: sqlite3.Connection,
+                 plan: db.ReadPlan | None = None) -> _pages.PageFile | None:
+    """The mapped session.db when it is the snapshot of ``conn``'s open read transaction
+    (which has read already: its snapshot is fixed) and its header is the one SQLite reads,
+    else None; the caller closes it. A file too damaged to say is not mapped either: the SQL
+    that reads it words the damage."""
+    if not (conn.in_transaction and db.main_file_is_snapshot(db_path, plan)):
+        return None
+    pages = mapped(db_path)
+    if pages is None:
+        return None
+    try:
+        same = same_file(pages, conn)
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
+        same = False
+    if not same:
+        pages.close()
+        return None
+    return pages
+
+
+class HeldMap:
+    """session.db mapped once for a reader that reads it again and again (a ``Ledger``), so a
+    scan opens nothing: ``for_snapshot(conn)`` gives the map when it is the snapshot of
+    ``conn``'s read transaction, mapped anew only when the file has grown past it (a
+    checkpoint of a live writer's commits). The caller serialises its calls and closes it."""
+
+    def __init__(self, db_path: os.PathLike[str] | str) -> None:
+        self.db_path = db_path
+        self.file = mapped(db_path)
+
+    def for_snapshot(self, conn: sqlite3.Connection) -> _pages.PageFile | None:
+        if not reads_the_file(self.db_path, conn):
+            return None
+        if self.file is None or not same_file(self.file, conn):
+            self.close()
+            self.file = mapped(self.db_path)
+            if self.file is not None and not same_file(self.file, conn):
+                return None
+        return self.file
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+__all__ = ["HeldMap", "map_snapshot", "mapped", "reads_the_file", "record_columns", "root_page", "same_file", "utf8"]
