@@ -1,4 +1,68 @@
-"""capsem-core: read, verify and write Capsem session ledgers (session.db + session.bodies)."""
+"""capsem-core: read, verify and write Capsem session ledgers (session.db + session.bodies).
+
+The front door: what an embedder needs, importable from here::
+
+    from capsem_core import Ledger, LedgerWriter, Body, LedgerError, check_ledger
+
+``Ledger`` reads a ledger pair (verified bodies, bulk reads, events, verify); ``LedgerWriter``
+and ``Body`` write one as Capsem does; ``check_ledger`` gives the doctor's report
+(``CheckReport``); every error is a ``LedgerError`` (``capsem_core.errors`` has its kinds).
+Each name loads its module when it is first used (PEP 562), so importing the package costs
+nothing until then. docs/api.md describes them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 # The one place the version is written: pyproject.toml reads it from here at build time.
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from capsem_core.bodies.batch import BodyBatch
+    from capsem_core.bodies.body_index import BodyIndex
+    from capsem_core.check.incremental import VerifyOptions, VerifyResult
+    from capsem_core.check.report import CheckReport
+    from capsem_core.check.run import check_ledger
+    from capsem_core.errors import (
+        ArchiveError,
+        BodyHashMismatch,
+        CursorError,
+        LedgerError,
+        SchemaMismatch,
+        SymlinkRefused,
+        WriterBusy,
+    )
+    from capsem_core.events.reader import Event, EventPage
+    from capsem_core.ledger import BodyRecord, Ledger, copy_ledger, delete_ledger
+    from capsem_core.verify import BodyFault
+    from capsem_core.writer.ledger import LedgerWriter
+    from capsem_core.writer.rows import Body
+
+# Each public name and the module that defines it.
+_HOMES: dict[str, str] = {
+    "Ledger": "ledger", "BodyRecord": "ledger", "copy_ledger": "ledger", "delete_ledger": "ledger",
+    "LedgerWriter": "writer.ledger", "Body": "writer.rows",
+    "BodyIndex": "bodies.body_index", "BodyBatch": "bodies.batch", "BodyFault": "verify",
+    "Event": "events.reader", "EventPage": "events.reader",
+    "check_ledger": "check.run", "CheckReport": "check.report",
+    "VerifyOptions": "check.incremental", "VerifyResult": "check.incremental",
+    **{name: "errors" for name in ("LedgerError", "ArchiveError", "BodyHashMismatch", "CursorError",
+                                   "SchemaMismatch", "SymlinkRefused", "WriterBusy")},
+}
+
+__all__ = ["__version__", *_HOMES]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value   # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
