@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core.errors import LedgerError, SymlinkRefused
-from capsem_core.outputs import output_stream
+from capsem_core.outputs import output_stream, write_output
 
 
 def test_a_new_file_appears_whole_only_when_the_stream_ends(tmp_path: Path) -> None:
@@ -110,3 +110,13 @@ def test_dash_is_standard_output(capfdbinary: pytest.CaptureFixture[bytes]) -> N
     with output_stream("-") as out:
         out.write(b"to stdout")
     assert capfdbinary.readouterr().out == b"to stdout"
+
+
+def test_a_bare_file_name_is_written_in_the_current_directory(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # A name with no directory part names a file here, not the directory ".".
+    monkeypatch.chdir(tmp_path)
+    with output_stream("streamed") as out:
+        out.write(b"one")
+    write_output("whole", b"two")
+    assert (tmp_path / "streamed").read_bytes() == b"one" and (tmp_path / "whole").read_bytes() == b"two"

@@ -135,11 +135,23 @@ def write_output(path: PathArg, data: bytes | memoryview) -> None:
         _write_into(raw, data, fifo=kind == "fifo")
         return
     parent, name = os.path.split(raw)
-    dir_fd = open_output_dir(parent or ".")
+    dir_fd = _parent_dir(parent)
     try:
         write_file_at(dir_fd, name, data, parent or None)
     finally:
         os.close(dir_fd)
+
+
+def _parent_dir(parent: str) -> int:
+    """A descriptor of the directory an output file's name lies in: ``parent`` as the policy
+    opens an output directory, or the current directory for a bare name (which names no
+    directory, so it is not refused as ``.``)."""
+    if parent:
+        return open_output_dir(parent)
+    try:
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LedgerError(f"cannot open the current directory: {exc.strerror}", ".") from None
 
 
 @contextmanager
@@ -164,7 +176,7 @@ def output_stream(path: PathArg) -> Iterator[BinaryIO]:
             yield into
         return
     parent, name = os.path.split(raw)
-    dir_fd = open_output_dir(parent or ".")
+    dir_fd = _parent_dir(parent)
     try:
         kind_there = _kind_in_the_way(dir_fd, name)
         if kind_there is not None:
