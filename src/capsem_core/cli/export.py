@@ -1,4 +1,5 @@
 """``capsem-ledger export [SESSION | --db PATH] DIR``: every body to a file, plus a manifest.
+(``--warc OUT.warc.gz`` instead of DIR: the session as one WARC 1.1 file, ``export_warc.py``.)
 
 Each verified body is written to ``DIR/{event_id}.{table}.{direction}.{blake3}`` (the name
 policy is ``capsem_core.outputs.export_name``: ledger strings reduced to a safe charset, the
@@ -23,7 +24,9 @@ import numpy as np
 from capsem_core._native import _blake3
 from capsem_core.bodies import BodyIndex
 from capsem_core.check.opening import refuse_symlinks
-from capsem_core.cli.arguments import add_ledger_target, ledger_target
+from capsem_core.cli import export_warc
+from capsem_core.cli.arguments import add_ledger_target, counted, ledger_target, path_argument
+from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
 from capsem_core.outputs import check_output_name, export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
@@ -34,8 +37,13 @@ _READ_CHUNK = 1 << 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_ledger_target(parser)
-    parser.add_argument("directory", metavar="DIR",
+    parser.add_argument("directory", metavar="DIR", nargs="?",
                         help="where the bodies go (created if missing; its parent must exist; '' is refused)")
+    parser.add_argument("--warc", type=path_argument, metavar="OUT",
+                        help="instead of DIR: the session as one WARC 1.1 file (gzip, one member per record), "
+                             "as Capsem exports it; '-' is stdout")
+    parser.add_argument("--warc-level", type=counted(0, 12), metavar="N",
+                        help=f"libdeflate compression level of --warc, 0..12 (default {export_warc.DEFAULT_LEVEL})")
 
 
 def _already_written(dir_fd: int, name: str, size: int, digest: bytes) -> bool:
@@ -64,6 +72,21 @@ def _names(idx: BodyIndex) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.warc is not None:
+        if args.directory is not None:
+            raise UsageError("DIR and --warc are two different exports: give one of them")
+        return export_warc.run(args)
+    if args.warc_level is not None:
+        raise UsageError("--warc-level is the compression of --warc: give --warc OUT with it")
+    if args.directory is None:
+        if args.session is None:
+            raise UsageError("name what to export to: DIR, or --warc OUT.warc.gz")
+        # One word is DIR, as before --warc (SESSION and DIR are both optional to the parser).
+        args.directory, args.session = args.session, None
+    return _export_directory(args)
+
+
+def _export_directory(args: argparse.Namespace) -> int:
     check_output_name(args.directory, "output directory")  # before the ledger is read
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
