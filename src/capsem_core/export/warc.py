@@ -25,22 +25,12 @@ import numpy.typing as npt
 
 from capsem_core import __version__, cores
 from capsem_core._native import _warc
-from capsem_core.bodies import BodyBatch
 from capsem_core.errors import LedgerError
 from capsem_core.export import warc_fields as fields
 from capsem_core.export import warc_sources as sources
-from capsem_core.export.warc_summary import (
-    CORRUPT_BODY,
-    CORRUPT_KINDS,
-    MISSING_SOURCE_ROW,
-    UNREADABLE_BODY,
-    UNREADABLE_TIMESTAMP,
-    UNREPRESENTABLE_HEADER,
-    UNREPRESENTABLE_URI,
-    SkippedBody,
-    Tally,
-    WarcSummary,
-)
+from capsem_core.export import warc_records
+from capsem_core.export.warc_records import BatchRecords
+from capsem_core.export.warc_summary import Tally, WarcSummary
 from capsem_core.outputs import output_stream
 
 if TYPE_CHECKING:
@@ -96,129 +86,6 @@ class _Members:
         self.write([record], b"", [0], [0])
 
 
-Key = tuple[str | None, str | None, str | None]
-
-
-def _skip(tally: Tally, key: Key, reason: str, detail: str, field: str | None = None) -> None:
-    tally.skip(SkippedBody(key[0], key[1], key[2], reason, field, detail))
-
-
-def _quoted(raw: bytes | None) -> str:
-    return "NULL" if raw is None else repr(raw.decode("utf-8", "surrogateescape"))
-
-
-class _Batch:
-    """One batch's bodies described or skipped, part by part."""
-
-    def __init__(self, batch: BodyBatch, session: bytes, query: sources.Query, tally: Tally) -> None:
-        self.batch = batch
-        self.session = session
-        self.query = query
-        self.tally = tally
-        rows = batch.rows
-        self.keys: list[Key] = list(zip(rows.event_id.tolist(), rows.source_table.tolist(),
-                                        rows.direction.tolist()))
-        self.faults = {int(f.row_id): f for f in batch.findings if f.row_id is not None}
-        # The record id's parts, or the field a header cannot carry.
-        self.named = [self._name(key) for key in self.keys]
-        by_table: dict[str, set[str]] = {}
-        for (event_id, table, _), parts in zip(self.keys, self.named):
-            if isinstance(parts, tuple) and table in sources.SOURCES and event_id is not None:
-                by_table.setdefault(table, set()).add(event_id)
-        self.first = {table: sources.first_rows(query, table, ids) for table, ids in by_table.items()}
-
-    @staticmethod
-    def _name(key: Key) -> tuple[bytes, bytes, bytes] | str:
-        parts = [fields.text_value(value) for value in key]
-        for field, raw in zip(("event_id", "source_table", "direction"), parts):
-            if raw is None:
-                return field
-        return parts[0], parts[1], parts[2]  # type: ignore[return-value]
-
-    def part(self, start: int, end: int) -> tuple[list[bytes], list[int]]:
-        """Headers of the records of rows [start, end) that are written, and their rows."""
-        batch, rows = self.batch, self.batch.rows
-        wanted: dict[str, list[int]] = {}
-        responses: list[int] = []
-        for i in range(start, end):
-            event_id, table, _ = self.keys[i]
-            if not isinstance(self.named[i], tuple) or table is None or event_id is None or table not in self.first:
-                continue
-            row = self.first[table].get(event_id)
-            if row is not None:
-                wanted.setdefault(table, []).append(row)
-            if table == "tool_responses":
-                responses.append(int(rows.id[i]))
-        found = {table: sources.source_rows(self.query, table, ids) for table, ids in wanted.items()}
-        archived = sources.archive_times(self.query, responses)
-        digests = rows.digest[start:end].tobytes().hex().encode()
-        truncated = rows.truncated[start:end].tolist()
-        lengths = batch.lengths[start:end].tolist()
-        ids = rows.id[start:end].tolist()
-        heads: list[bytes] = []
-        kept: list[int] = []
-        for k, i in enumerate(range(start, end)):
-            parts = self.named[i]
-            key = self.keys[i]
-            if not isinstance(parts, tuple):
-                shown = "NULL" if key[("event_id", "source_table", "direction").index(parts)] is None else \
-                    repr(key[("event_id", "source_table", "direction").index(parts)])
-                _skip(self.tally, key, UNREPRESENTABLE_HEADER, f"its {parts} {shown} cannot be part of a record id "
-                      "(NULL, a line break, not UTF-8, or over 64 KiB)", parts)
-                continue
-            table = key[1]
-            assert table is not None and key[0] is not None  # both named
-            first = self.first.get(table, {}).get(key[0])
-            src = None if first is None else found[table].get(first)
-            if src is None:
-                why = "its source_table names no body table" if table not in sources.SOURCES else \
-                    f"no {table} row has its event_id, so the body has no target URI"
-                _skip(self.tally, key, MISSING_SOURCE_ROW, why)
-                continue
-            uri = None if src.uri is None else fields.header_value(src.uri)
-            if uri is None:
-                why = ("its target URI is NULL" if src.uri_bytes is None else
-                       f"its target URI is {src.uri_bytes} bytes, over 64 KiB" if src.uri is None else
-                       f"its target URI {_quoted(src.uri)} has a line break a WARC header cannot carry, or is not UTF-8")
-                _skip(self.tally, key, UNREPRESENTABLE_URI, why)
-                continue
-            date = self._date(table, src.time, archived.get(ids[k]))
-            if date is None:
-                stamp = archived.get(ids[k]) if table == "tool_responses" else src.time
-                shown = _quoted(stamp) if isinstance(stamp, bytes) or stamp is None else repr(stamp)
-                _skip(self.tally, key, UNREADABLE_TIMESTAMP, f"its time {shown} is not a ledger timestamp")
-                continue
-            if not batch.ok[i]:
-                fault = self.faults.get(ids[k])
-                kind = fault.kind if fault is not None else "index"
-                if kind == "nomem":
-                    raise MemoryError(f"out of memory reading the body of {key[0]!r}")
-                reason = CORRUPT_BODY if kind in CORRUPT_KINDS else UNREADABLE_BODY
-                _skip(self.tally, key, reason, fault.message if fault is not None else "it did not read back")
-                continue
-            content_type = rows.content_type[i]
-            ctype = None if content_type is None else fields.text_value(content_type)
-            if content_type is not None and ctype is None:
-                _skip(self.tally, key, UNREPRESENTABLE_HEADER,
-                      f"its content_type {content_type!r} has a line break a WARC header cannot carry, is not UTF-8 "
-                      "or is over 64 KiB", "content_type")
-                continue
-            rid = fields.record_id(self.session, parts[1], parts[0], parts[2])
-            heads.append(fields.resource_head(rid, uri, date, digests[64 * k:64 * k + 64], bool(truncated[k]),
-                                              ctype, lengths[k]))
-            kept.append(i)
-        return heads, kept
-
-    @staticmethod
-    def _date(table: str, time: object, archived: bytes | None) -> bytes | None:
-        source = sources.SOURCES[table]
-        if source.time is None:
-            return None if archived is None else fields.warc_date_of_text(archived)
-        if source.time == "timestamp_unix_ms":
-            return fields.warc_date_of_ms(time)
-        return fields.warc_date_of_text(time) if isinstance(time, bytes) else None
-
-
 def write_warc(ledger: Ledger, out: BinaryIO, query: sources.Query, *, level: int = DEFAULT_LEVEL,
                threads: int = 0, max_bytes: int = DEFAULT_BATCH_BYTES) -> WarcSummary:
     """Write every body of ``ledger`` to the binary file ``out`` as WARC 1.1 records, opened
@@ -227,13 +94,14 @@ def write_warc(ledger: Ledger, out: BinaryIO, query: sources.Query, *, level: in
     exported_at = fields.warc_date_now()
     export_id = uuid.uuid4().hex
     tally = Tally()
-    members = _Members(out, level, cores.threads(threads), tally)
+    members = _Members(out, level, min(cores.threads(threads), _warc.MAX_THREADS), tally)
     members.write_whole(fields.warcinfo_record(session, "opening", export_id, exported_at,
                                                _opening_fields(session, exported_at)))
     idx = ledger.index(threads=threads)
     name = session.encode("utf-8")
+    memo = warc_records.Memo()
     for batch in ledger.body_batches(None, index=idx, errors="report", max_bytes=max_bytes, threads=threads):
-        walk = _Batch(batch, name, query, tally)
+        walk = BatchRecords(batch, name, query, tally, memo)
         for start in range(0, len(batch), PART_RECORDS):
             heads, kept = walk.part(start, min(len(batch), start + PART_RECORDS))
             if kept:

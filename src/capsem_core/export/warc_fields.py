@@ -30,7 +30,7 @@ MAX_HEADER_VALUE_BYTES = 64 << 10
 
 # Years 1970..9999: the milliseconds a WARC date can name.
 MAX_UNIX_MS = 253_402_300_799_999
-_LEDGER_TIME = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?Z")
+_LEDGER_TIME = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z")
 _BREAK = re.compile(rb"[\r\n]")
 
 
@@ -59,15 +59,14 @@ def warc_date_of_text(stamp: bytes) -> bytes | None:
     ``YYYY-MM-DDTHH:MM:SS[.fraction]Z`` and names a real UTC time, truncated to the second;
     None for anything else (another shape, an offset, a 31st of February): refused, never
     reinterpreted."""
-    m = _LEDGER_TIME.fullmatch(stamp)
-    if m is None:
+    if _LEDGER_TIME.fullmatch(stamp) is None:
         return None
-    year, month, day, hour, minute, second = (int(g) for g in m.groups())
+    second = stamp[:19]
     try:
-        datetime(year, month, day, hour, minute, second)
+        datetime.fromisoformat(second.decode("ascii"))  # a real date and time of day
     except ValueError:
         return None
-    return stamp[:19] + b"Z"
+    return second + b"Z"
 
 
 def warc_date_of_ms(millis: object) -> bytes | None:
