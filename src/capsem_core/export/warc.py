@@ -27,8 +27,8 @@ from capsem_core import __version__, cores
 from capsem_core._native import _warc
 from capsem_core.errors import LedgerError
 from capsem_core.export import warc_fields as fields
-from capsem_core.export import warc_sources as sources
 from capsem_core.export import warc_records
+from capsem_core.export import warc_sources as sources
 from capsem_core.export.warc_records import BatchRecords
 from capsem_core.export.warc_summary import Tally, WarcSummary
 from capsem_core.outputs import output_stream
