@@ -93,7 +93,7 @@ int capsem_gzip_check(const capsem_gzip_spec *s, uint64_t *need, size_t *at) {
     *at = 0;
     if (s->trailer_len > CAPSEM_GZIP_MAX_RECORD_BYTES) return CAPSEM_GZIP_E_RECORD;
     for (size_t i = 0; i < s->n; i++) {
-        uint64_t ha, hl, ba, bl;
+        uint64_t ha = 0, hl = 0, ba = 0, bl = 0;
         *at = i;
         if (!head_span(s, i, &ha, &hl)) return CAPSEM_GZIP_E_HEADS;
         if (!body_span(s, i, &ba, &bl)) return CAPSEM_GZIP_E_BODY;
@@ -120,7 +120,7 @@ static void fail(capsem_gzip_job *job, int error, size_t i) {
 
 static void compress_one(capsem_gzip_job *job, gzip_worker *w, size_t i) {
     const capsem_gzip_spec *s = &job->spec;
-    uint64_t ha, hl, ba, bl;
+    uint64_t ha = 0, hl = 0, ba = 0, bl = 0;
     head_span(s, i, &ha, &hl); /* checked by capsem_gzip_check */
     body_span(s, i, &ba, &bl);
     size_t len = (size_t)(hl + bl + s->trailer_len);
