@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from capsem_core import __version__
 from capsem_core._native import _blake3
 from capsem_core.errors import LedgerError
 from capsem_core.export import SKIP_REASONS
@@ -30,6 +31,7 @@ from tests.export.conftest import (
     write_upstream_ledger,
 )
 
+SOFTWARE = f"capsem-core/{__version__}"
 _SAMPLES: dict[str, Path] = {}
 
 
@@ -106,11 +108,11 @@ def test_the_first_and_last_records_are_warcinfo_bracketing_the_export(sample: P
         assert r.header("WARC-Date") == summary.exported_at
         assert r.header("WARC-Block-Digest") == "blake3:" + _blake3.hexdigest(r.payload)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", summary.exported_at)
-    assert warc_fields(first.payload) == [("software", "capsem-core/0.1.0"), ("format", "WARC File Format 1.1"),
+    assert warc_fields(first.payload) == [("software", SOFTWARE), ("format", "WARC File Format 1.1"),
                                           ("capsem-session", "sample-session"),
                                           ("capsem-exported-at", summary.exported_at),
                                           ("capsem-block-digest-algorithm", "blake3")]
-    assert warc_fields(last.payload) == [("software", "capsem-core/0.1.0"),
+    assert warc_fields(last.payload) == [("software", SOFTWARE),
                                          ("capsem-records", str(summary.records)), ("capsem-skipped", "0")]
     # One uuid per export: a second export of the same session never reuses an id.
     again, _ = _export(sample, tmp_path / "b.warc.gz")
@@ -174,7 +176,7 @@ def test_a_hostile_ledger_loses_only_what_cannot_be_described_each_counted_by_re
     counts = {reason: sum(1 for r, _ in HOSTILE_SKIPS.values() if r == reason) for reason in SKIP_REASONS}
     assert summary.skipped_by_reason == counts and summary.skipped == len(HOSTILE_SKIPS)
     closing = warc_fields(records[-1].payload)
-    assert closing == [("software", "capsem-core/0.1.0"), ("capsem-records", "2"),
+    assert closing == [("software", SOFTWARE), ("capsem-records", "2"),
                        ("capsem-skipped", str(len(HOSTILE_SKIPS))),
                        *[(f"capsem-skipped-{r}", str(n)) for r, n in sorted(counts.items()) if n]]
     # Nothing a ledger forged reached a header: every record's header block is as written.
