@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,8 @@ from capsem_core.check.subset import Subset
 from capsem_core.errors import LedgerError
 from capsem_core.snapshot import Snapshot
 from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
+from capsem_core.export import warc as _warc_export
+from capsem_core.export.warc_summary import WarcSummary
 from capsem_core.format import FILE_HEADER_BYTES
 from capsem_core.pages.tables import HeldMap
 from capsem_core.paths import (
@@ -309,6 +311,31 @@ class Ledger:
                     raise _bulk.fault_error(fault, self.db_path, self.bodies_path)
                 yield BodyRecord(rows.event_id[i], rows.source_table[i], rows.direction[i],  # type: ignore[arg-type]
                                  rows.content_type[i], int(rows.original_bytes[i]), bool(rows.truncated[i]), data)
+
+    def export_warc(self, destination: _warc_export.Destination, *, level: int = _warc_export.DEFAULT_LEVEL,
+                    threads: int = 0, max_bytes: int = _warc_export.DEFAULT_BATCH_BYTES) -> WarcSummary:
+        """Every body as a WARC 1.1 ``resource`` record, in one gzip member each, between an
+        opening and a closing ``warcinfo`` record: what warcio, pywb and FastWARC read, in
+        Capsem's own export's format (docs/export.md).
+
+        ``destination``: a binary file object (written, not closed), or a path written under
+        the output-path policy (``capsem_core.outputs.output_stream``: a temporary file renamed
+        over the name only once the closing record is written, nothing left behind on any
+        failure; a device or FIFO written into; ``-`` standard output). Bodies are read in
+        archive order through the verify kernel, ``max_bytes`` of body bytes at a time, and
+        compressed at libdeflate ``level`` (0..12) on ``threads`` threads (0: one per core).
+        A body that cannot be described honestly (no source row, an unreadable timestamp, a
+        URI or header with a line break, bytes that fail their hash or do not read back) is
+        skipped and counted by reason, the walk going on. Returns a ``WarcSummary``.
+
+        Raises ValueError for a bad level, thread count or max_bytes; LedgerError when the
+        index cannot be read, the ledger directory's name cannot be a record id's, the
+        destination is refused, or the ledger is closed; OSError when writing fails."""
+        def query(sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
+            with self._lock:
+                return self._query(sql, tuple(params))
+
+        return _warc_export.export_warc(self, destination, query, level=level, threads=threads, max_bytes=max_bytes)
 
     def verify(self, *, threads: int = 0, progress: Callable[[int, int], None] | None = None,
                incremental: bool = False, subset: str | Subset | None = None,

@@ -13,7 +13,11 @@ rule holds everywhere:
 - an existing character device or FIFO is written into, as ``cp`` does (a FIFO only when a
   reader holds it open: never a hang); it is never unlinked or renamed over. A block device,
   a socket or a directory is refused in one line, as is a symbolic link;
-- ``-`` is standard output (``body -o -``).
+- ``-`` is standard output (``body -o -``, ``export --warc -``).
+
+``write_output`` writes bytes already in hand; ``output_stream`` is the same policy for an
+output streamed as it is made (``export --warc``): the temporary file is renamed into place
+only when the stream ends normally.
 
 Every refusal is a LedgerError naming the path.
 """
@@ -24,7 +28,11 @@ import errno
 import os
 import re
 import stat
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from capsem_core.errors import LedgerError, SymlinkRefused
 
@@ -89,11 +97,10 @@ def _refuse_link(path: PathArg, what: str) -> None:
         raise SymlinkRefused(f"refusing an {what} that is a symbolic link", path)
 
 
-def write_output(path: PathArg, data: bytes | memoryview) -> None:
-    """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
-    name) replaced atomically in its existing directory, a character device or a FIFO with a
-    reader written into, anything else refused. ``-`` is not handled here: the command writes
-    standard output itself."""
+def _output_file(path: PathArg) -> tuple[str, str]:
+    """``(raw path, what stands there)`` of an output file name under the policy: "file" for
+    a regular file or nothing (to be replaced atomically), "device" or "fifo" (written
+    into). A bad name, a link, a directory, a block device or a socket is refused."""
     check_output_name(path, "output file")
     raw = os.fspath(path)
     if raw.endswith("/"):
@@ -104,28 +111,101 @@ def write_output(path: PathArg, data: bytes | memoryview) -> None:
         st = None
     except OSError as exc:
         raise LedgerError(f"cannot look at the output file: {exc.strerror}", raw) from None
-    if st is not None:
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
-        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-            _write_into(raw, data, fifo=stat.S_ISFIFO(mode))
-            return
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-            raise LedgerError(f"the output file is {kind}; refusing to write there", raw)
+    if st is None:
+        return raw, "file"
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return raw, "fifo" if stat.S_ISFIFO(mode) else "device"
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise LedgerError(f"the output file is {kind}; refusing to write there", raw)
+    return raw, "file"
+
+
+def write_output(path: PathArg, data: bytes | memoryview) -> None:
+    """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
+    name) replaced atomically in its existing directory, a character device or a FIFO with a
+    reader written into, anything else refused. ``-`` is not handled here: the command writes
+    standard output itself."""
+    raw, kind = _output_file(path)
+    if kind != "file":
+        _write_into(raw, data, fifo=kind == "fifo")
+        return
     parent, name = os.path.split(raw)
-    dir_fd = open_output_dir(parent or ".")
+    dir_fd = _parent_dir(parent)
     try:
         write_file_at(dir_fd, name, data, parent or None)
     finally:
         os.close(dir_fd)
 
 
-def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
-    """Write into an existing device or FIFO without creating, truncating or replacing it.
-    A FIFO is opened non-blocking first: without a reader that is ENXIO, one line, not a hang."""
+def _parent_dir(parent: str) -> int:
+    """A descriptor of the directory an output file's name lies in: ``parent`` as the policy
+    opens an output directory, or the current directory for a bare name (which names no
+    directory, so it is not refused as ``.``)."""
+    if parent:
+        return open_output_dir(parent)
+    try:
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LedgerError(f"cannot open the current directory: {exc.strerror}", ".") from None
+
+
+@contextmanager
+def output_stream(path: PathArg) -> Iterator[BinaryIO]:
+    """A binary file to stream an output of unknown size into, under the policy above.
+
+    A regular file (or a new name) is written as a fresh temporary file in its directory
+    (``.{name}.part-{pid}``: O_EXCL, no link followed), renamed over the name only when the
+    ``with`` block ends normally; any exception (Ctrl-C and SIGTERM's ``Terminated``
+    included) removes it, so no partial file is ever left under the name or beside it. A
+    character device or a FIFO with a reader is written into as the bytes come (nothing to
+    remove: what was written has gone). ``-`` is standard output, flushed at the end and
+    never closed. Refusals as ``write_output``'s, before anything is created."""
+    if os.fspath(path) == STDOUT:
+        out = sys.stdout.buffer
+        yield out
+        out.flush()
+        return
+    raw, kind = _output_file(path)
+    if kind != "file":
+        with open(_open_into(raw, fifo=kind == "fifo"), "wb", closefd=True) as into:
+            yield into
+        return
+    parent, name = os.path.split(raw)
+    dir_fd = _parent_dir(parent)
+    try:
+        kind_there = _kind_in_the_way(dir_fd, name)
+        if kind_there is not None:
+            raise LedgerError(f"the output file is {kind_there}; refusing to replace it", raw)
+        tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
+        try:
+            # Inside the try: an interrupt landing just after the open still removes the file.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+            with open(fd, "wb", closefd=True) as out:
+                yield out
+            kind_there = _kind_in_the_way(dir_fd, name)
+            if kind_there is not None:
+                raise LedgerError(f"the output file became {kind_there} while it was written; not replaced", raw)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def _open_into(path: str, *, fifo: bool) -> int:
+    """A descriptor writing into an existing device or FIFO, which is never created,
+    truncated or replaced. A FIFO is opened non-blocking first: without a reader that is
+    ENXIO, one line, not a hang; then it blocks as a pipe does."""
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0)
     try:
         fd = os.open(path, flags)
@@ -133,9 +213,19 @@ def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
         if fifo and exc.errno == errno.ENXIO:
             raise LedgerError("the output FIFO has no reader; refusing to wait for one", path) from None
         raise LedgerError(f"cannot open the output {'FIFO' if fifo else 'device'}: {exc.strerror}", path) from None
-    try:
-        if fifo:
+    if fifo:
+        try:
             os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
+    """Write into an existing device or FIFO without creating, truncating or replacing it."""
+    fd = _open_into(path, fifo=fifo)
+    try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -251,5 +341,5 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "prepare_output_dir",
-           "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]
+__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "output_stream",
+           "prepare_output_dir", "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]

@@ -58,7 +58,10 @@ UNENDING = {"--follow": "runs until a signal; tests/events/test_follow.py and te
 # Flags whose run costs a process pool per example: drawn, but rarely (see _argv).
 COSTLY = {"--all"}
 # The option values that name what a command writes: new files may appear under them only.
-OUTPUT_DESTS = {"directory", "output"}
+OUTPUT_DESTS = {"directory", "output", "warc"}
+# Options that only mean something beside another (given with it when they are the subject),
+# and the output that other names.
+COMPANIONS = {"warc_level": ("--warc", "out-warc")}
 
 
 def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -220,6 +223,8 @@ def _argv(world: World, run: Run, command: str, subject: argparse.Action | None,
             given = value
         elif not action.option_strings and action.nargs is None:  # a required positional
             given = world.event_id if action.dest == "event_id" else f"out-{action.dest}"
+        elif not action.option_strings and action.dest in OUTPUT_DESTS and not _other_output(subject):
+            given = f"out-{action.dest}"  # an optional output positional (export's DIR, or --warc)
         else:
             continue
         if action.dest in OUTPUT_DESTS:
@@ -228,6 +233,10 @@ def _argv(world: World, run: Run, command: str, subject: argparse.Action | None,
             options += _option_words(action.option_strings[-1], given)
         else:
             positionals.append(given)
+    if subject is not None and subject.dest in COMPANIONS:
+        option, name = COMPANIONS[subject.dest]
+        options.append(f"{option}={name}")
+        outputs.append(run.cwd / name)
     if command == "sample":
         # A sample stays small: a few bodies (bounded by bytes when the count is the subject)
         # in one session.
@@ -235,6 +244,13 @@ def _argv(world: World, run: Run, command: str, subject: argparse.Action | None,
         if subject is None or subject.dest != "sessions":
             options.append("--sessions=1")
     return [command, *flags, *options, "--", *positionals], outputs
+
+
+def _other_output(subject: argparse.Action | None) -> bool:
+    """True when the subject is an output of its own (or needs one): an optional output
+    positional is then left out, as the command takes one output at a time."""
+    return subject is not None and bool(subject.option_strings) and (subject.dest in OUTPUT_DESTS
+                                                                    or subject.dest in COMPANIONS)
 
 
 def assert_contract(world: World, run: Run, argv: list[str], outputs: list[Path] = ()) -> Outcome:  # type: ignore[assignment]
@@ -329,6 +345,22 @@ def test_a_number_outside_its_documented_range_is_a_usage_error_exit_2(world: Wo
     outcome = assert_contract(world, world.fresh(), argv)
     assert outcome.code == 2, (argv, outcome.err)
     assert outcome.out == ""
+
+
+@pytest.mark.parametrize("target, code", [
+    ("@zoo/fifo", 1), ("@zoo/chardev", 0), ("@zoo/dir", 1), ("@zoo/link-to-dir", 1), ("@zoo/dangling-link", 1),
+    ("@zoo/not-sqlite", 0), ("@zoo/not-sqlite/under", 1), ("@zoo/empty", 0), ("new.warc.gz", 0), ("-", 0),
+])
+def test_export_warc_onto_every_kind_of_path_keeps_the_contract(world: World, target: str, code: int) -> None:
+    # The generated cases mostly meet a session without a ledger; these write a real one.
+    run = world.fresh()
+    ledger = next(world.home.rglob("session.db")).parent
+    out = run.place(target)
+    outcome = assert_contract(world, run, ["export", "--db", str(ledger), f"--warc={out}"],
+                              [] if out == "-" else [run.cwd / out])
+    assert outcome.code == code, (target, outcome.err[-300:])
+    if code == 0:
+        assert outcome.err.startswith("exported ") and ("stdout" in outcome.err) == (out == "-")
 
 
 @pytest.mark.parametrize("word", ["\u202eevil", "\x1b[31mred", "a\0b", "x" * (100 << 10), "\u200b", "..", "a/b"])

@@ -1,4 +1,5 @@
 """``capsem-ledger export [SESSION | --db PATH] DIR``: every body to a file, plus a manifest.
+(``--warc OUT.warc.gz`` instead of DIR: the session as one WARC 1.1 file, ``export_warc.py``.)
 
 Each verified body is written to ``DIR/{event_id}.{table}.{direction}.{blake3}`` (the name
 policy is ``capsem_core.outputs.export_name``: ledger strings reduced to a safe charset, the
@@ -22,20 +23,52 @@ import numpy as np
 
 from capsem_core._native import _blake3
 from capsem_core.bodies import BodyIndex
-from capsem_core.snapshot import refuse_symlinks
-from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
+from capsem_core.cli import export_warc
+from capsem_core.cli.arguments import counted, ledger_target, output_argument, path_argument, session_argument
+from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import sanitize
 from capsem_core.ledger import Ledger
 from capsem_core.outputs import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
+from capsem_core.snapshot import refuse_symlinks
 
 MANIFEST = "manifest.jsonl"
 _READ_CHUNK = 1 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_ledger_target(parser)
-    parser.add_argument("directory", metavar="DIR", type=output_argument("output directory"),
-                        help="where the bodies go (created if missing; its parent must exist; '' is refused)")
+    # SESSION and DIR are both optional to the parser (DIR is not needed with --warc), so the
+    # words are read here: one word is DIR (or, with --warc, SESSION), two are SESSION DIR.
+    parser.add_argument("words", nargs="*", metavar="[SESSION] DIR",
+                        help="the session (id or VM name; default: the latest in main.db) and the directory the "
+                             "bodies go to (created if missing; its parent must exist; '' is refused)")
+    parser.add_argument("--db", type=path_argument, metavar="PATH",
+                        help="read this session.db, or the ledger directory holding it, directly (main.db is not "
+                             "read; not together with SESSION)")
+    parser.add_argument("--warc", type=output_argument("output file", stdout=True), metavar="OUT",
+                        help="instead of DIR: the session as one WARC 1.1 file (gzip, one member per record), "
+                             "as Capsem exports it; '-' is stdout")
+    parser.add_argument("--warc-level", type=counted(0, 12), metavar="N",
+                        help=f"libdeflate compression level of --warc, 0..12 (default {export_warc.DEFAULT_LEVEL})")
+
+
+def _words(args: argparse.Namespace) -> None:
+    """SESSION and DIR from the words, each checked as the parser checks its arguments."""
+    words = list(args.words)
+    wanted = 1 if args.warc is not None else 2
+    if len(words) > wanted:
+        raise UsageError("DIR and --warc are two different exports: give one of them" if args.warc is not None
+                         else f"one SESSION and one DIR at most, not {len(words)} words")
+    if args.warc is None and not words:
+        raise UsageError("name what to export to: DIR, or --warc OUT.warc.gz")
+    args.directory = None if args.warc is not None else words.pop()
+    args.session = words.pop() if words else None
+    for name, word, check in (("SESSION", args.session, session_argument),
+                              ("DIR", args.directory, output_argument("output directory"))):
+        try:
+            if word is not None:
+                check(word)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"argument {name}: {exc}") from None
 
 
 def _already_written(dir_fd: int, name: str, size: int, digest: bytes) -> bool:
@@ -64,6 +97,15 @@ def _names(idx: BodyIndex) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    _words(args)
+    if args.warc is not None:
+        return export_warc.run(args)
+    if args.warc_level is not None:
+        raise UsageError("--warc-level is the compression of --warc: give --warc OUT with it")
+    return _export_directory(args)
+
+
+def _export_directory(args: argparse.Namespace) -> int:
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
     dir_fd = open_output_dir(args.directory, create=True)
