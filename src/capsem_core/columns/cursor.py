@@ -200,10 +200,13 @@ def _not_the_row(where: Where, table: str, position: int) -> CursorError:
                        where)
 
 
-def check_marks(source: _columns.Source, marks: Mapping[str, Mark], where: Where) -> None:
+def check_marks(source: _columns.Source, marks: Mapping[str, Mark], where: Where,
+                last: Mapping[str, int | None] | None = None) -> None:
     """CursorError unless every mark of an events cursor stands within its table and on the
-    row it was taken at, in ``source``'s snapshot."""
-    last = latest(source, marks)
+    row it was taken at, in ``source``'s snapshot (``last``: the tables' latest positions,
+    when the caller has them)."""
+    if last is None:
+        last = latest(source, marks)
     for name, mark in marks.items():
         if mark.position > (last[name] or 0):
             raise _stands_past(where, name, mark.position, last[name])

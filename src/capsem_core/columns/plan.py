@@ -123,14 +123,13 @@ def plan_table(source: _columns.Source, table: str, columns: Sequence[str] | Non
                              + ", ".join(names))
         if len(set(chosen)) != len(chosen):
             raise ValueError("a column is named twice")
-    by_name = {str(row[1]): row for row in info}
+    by_name = {str(row[1]): (row[0] if type(row[0]) is int else -1, affinity(str(row[2] or ""))) for row in info}
     plan_columns = tuple(
-        Column(name, _columns.ROWID if name == ipk else int(by_name[name][0]),
-               affinity(str(by_name[name][2] or "")) == "REAL",
-               _AFFINITY_CLASS[affinity(str(by_name[name][2] or ""))])
+        Column(name, _columns.ROWID if name == ipk else by_name[name][0], by_name[name][1] == "REAL",
+               _AFFINITY_CLASS[by_name[name][1]])
         for name in chosen)
     if ipk is not None:
-        rowid = ipk
+        rowid = str(ipk)
     else:
         lowered = {n.lower() for n in names}
         spare = [n for n in _ROWID_NAMES if n not in lowered]

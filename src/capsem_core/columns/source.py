@@ -30,7 +30,7 @@ def same_file(header: dict[str, int] | None, source: _columns.Source) -> bool:
     """Whether a mapped header is the one ``source``'s transaction reads."""
     if header is None:
         return False
-    want = [int(source.fetch(f"PRAGMA {p}")[0][0] or 0)  # type: ignore[arg-type]
+    want = [source.fetch(f"PRAGMA {p}")[0][0]
             for p in ("page_size", "page_count", "freelist_count", "schema_version")]
     return want == [header["page_size"], header["page_count"], header["freelist_count"], header["schema_cookie"]]
 

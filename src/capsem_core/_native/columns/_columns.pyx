@@ -21,10 +21,10 @@ import numpy as np
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pycapsule cimport PyCapsule_Destructor, PyCapsule_GetPointer, PyCapsule_New
-from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject, PyTypeObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int8_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset, strlen
 
@@ -88,6 +88,7 @@ cdef extern from "arrow_export.h" nogil:
     ArrowSchema *cs_schema_child(ArrowSchema *parent, int i)
     void cs_array_release(ArrowArray *a)
     void cs_schema_release(ArrowSchema *s)
+    int cs_stream_of_one(ArrowSchema *schema, ArrowArray *array, ArrowArrayStream *out)
 
 cdef extern from "utf8_check.h" nogil:
     int cs_utf8_check(const uint8_t *p, size_t n)
@@ -129,6 +130,7 @@ cdef extern from "scan_pages.h" nogil:
         const uint32_t *record
         const uint8_t *real
         volatile const int *cancel
+        int64_t max_rows
     int cs_pages_open(cs_pages *s)
     void cs_pages_close(cs_pages *s)
     ctypedef union cs_item_value:
@@ -212,7 +214,7 @@ cdef object _read_error(path, detail):
 # ---- capsules -------------------------------------------------------------------------------
 
 cdef void _free_schema_capsule(object capsule) noexcept:
-    cdef ArrowSchema *s = <ArrowSchema *>PyCapsule_GetPointer(capsule, SCHEMA_CAPSULE)
+    cdef ArrowSchema *s = <ArrowSchema *>PyCapsule_GetPointer(capsule, b"arrow_schema")
     if s != NULL:
         if s.release != NULL:
             s.release(s)
@@ -220,7 +222,7 @@ cdef void _free_schema_capsule(object capsule) noexcept:
 
 
 cdef void _free_array_capsule(object capsule) noexcept:
-    cdef ArrowArray *a = <ArrowArray *>PyCapsule_GetPointer(capsule, ARRAY_CAPSULE)
+    cdef ArrowArray *a = <ArrowArray *>PyCapsule_GetPointer(capsule, b"arrow_array")
     if a != NULL:
         if a.release != NULL:
             a.release(a)
@@ -228,7 +230,7 @@ cdef void _free_array_capsule(object capsule) noexcept:
 
 
 cdef void _free_stream_capsule(object capsule) noexcept:
-    cdef ArrowArrayStream *s = <ArrowArrayStream *>PyCapsule_GetPointer(capsule, STREAM_CAPSULE)
+    cdef ArrowArrayStream *s = <ArrowArrayStream *>PyCapsule_GetPointer(capsule, b"arrow_array_stream")
     if s != NULL:
         if s.release != NULL:
             with nogil:  # joining the workers may wait for a batch in progress
@@ -237,11 +239,11 @@ cdef void _free_stream_capsule(object capsule) noexcept:
 
 
 cdef object _schema_capsule(ArrowSchema *s):
-    return PyCapsule_New(s, SCHEMA_CAPSULE, <PyCapsule_Destructor>_free_schema_capsule)
+    return PyCapsule_New(s, b"arrow_schema", <PyCapsule_Destructor>_free_schema_capsule)
 
 
 cdef object _array_capsule(ArrowArray *a):
-    return PyCapsule_New(a, ARRAY_CAPSULE, <PyCapsule_Destructor>_free_array_capsule)
+    return PyCapsule_New(a, b"arrow_array", <PyCapsule_Destructor>_free_array_capsule)
 
 
 # ---- the source ------------------------------------------------------------------------------
@@ -525,6 +527,7 @@ cdef class Source:
             pages.ncols = out.ncols
             pages.record = rec
             pages.real = rl
+            pages.max_rows = limit
             with nogil:
                 rc = cs_pages_open(&pages)
                 if rc == CS_OK:
@@ -655,7 +658,7 @@ cdef class Stream:
             free(s)
             raise MemoryError("could not start the stream's workers")
         self.exported = 1
-        return PyCapsule_New(s, STREAM_CAPSULE, <PyCapsule_Destructor>_free_stream_capsule)
+        return PyCapsule_New(s, b"arrow_array_stream", <PyCapsule_Destructor>_free_stream_capsule)
 
     def progress(self):
         """(rows, batches, last rowid handed out, exhausted, error message or None)."""
@@ -695,6 +698,42 @@ cdef class Rows:
         if it.cls == CS_BLOB:
             return PyBytes_FromStringAndSize(<const char *>self.rows.arena + it.v.at, it.len)
         return None
+
+    def value_at(self, int64_t row, int col):
+        """One value."""
+        if not 0 <= row < self.rows.n or not 0 <= col < self.ncols:
+            raise IndexError((row, col))
+        return self.value(row, col)
+
+    def time_keys(self, int col, bint ms):
+        """Each row's time in microseconds since the epoch, and whether it was read: ``ms``, an
+        INTEGER milliseconds (times 1000, clamped to int64); else a TEXT in the writer's form
+        ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (a valid date and time; any other text is left
+        unread here, for the caller to parse). Returns (keys int64, read bool)."""
+        if not 0 <= col < self.ncols:
+            raise IndexError(col)
+        keys = np.zeros(self.rows.n, np.int64)
+        read = np.zeros(self.rows.n, np.bool_)
+        cdef int64_t[::1] k = keys
+        cdef uint8_t[::1] ok = read.view(np.uint8)
+        cdef int64_t r, v
+        cdef cs_item *it
+        with nogil:
+            for r in range(self.rows.n):
+                it = &self.rows.items[r * self.ncols + col]
+                if ms:
+                    if it.cls == CS_INTEGER:
+                        v = it.v.i
+                        if v > INT64_MAX // 1000:
+                            k[r] = INT64_MAX
+                        elif v < INT64_MIN // 1000:
+                            k[r] = INT64_MIN
+                        else:
+                            k[r] = v * 1000
+                        ok[r] = 1
+                elif it.cls == CS_TEXT and it.len == 27:
+                    ok[r] = _writer_time(self.rows.arena + it.v.at, &k[r])
+        return keys, read
 
     def values(self, int64_t row):
         """Row ``row``'s values, a tuple in column order."""
@@ -740,6 +779,193 @@ cdef class Rows:
         return out
 
 
+cdef inline int _digits(const uint8_t *p, int n, int *out) noexcept nogil:
+    cdef int v = 0, i
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return 0
+        v = v * 10 + (p[i] - 48)
+    out[0] = v
+    return 1
+
+
+cdef int _writer_time(const uint8_t *p, int64_t *out) noexcept nogil:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (27 bytes) as microseconds since the epoch: 1, or 0
+    for any other text or an impossible date (which Python's fromisoformat then judges)."""
+    cdef int y, mo, d, h, mi, s, f, dim, era, yoe, doy, doe
+    if (p[4] != 45 or p[7] != 45 or p[10] != 84 or p[13] != 58 or p[16] != 58 or p[19] != 46 or p[26] != 90):
+        return 0
+    if not (_digits(p, 4, &y) and _digits(p + 5, 2, &mo) and _digits(p + 8, 2, &d) and _digits(p + 11, 2, &h)
+            and _digits(p + 14, 2, &mi) and _digits(p + 17, 2, &s) and _digits(p + 20, 6, &f)):
+        return 0
+    if y < 1 or mo < 1 or mo > 12 or d < 1 or h > 23 or mi > 59 or s > 59:
+        return 0
+    dim = 31
+    if mo == 4 or mo == 6 or mo == 9 or mo == 11:
+        dim = 30
+    elif mo == 2:
+        dim = 29 if (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)) else 28
+    if d > dim:
+        return 0
+    # Days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days inverse).
+    if mo <= 2:
+        y -= 1
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    out[0] = ((<int64_t>era * 146097 + doe - 719468) * 86400 + h * 3600 + mi * 60 + s) * 1000000 + f
+    return 1
+
+
+cdef extern from *:
+    """
+    /* Set a slot of a new object through its member descriptor (a slotted class's field),
+     * as attribute assignment would, without the class's own __setattr__. */
+    static int cs_set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
+        descrsetfunc set = Py_TYPE(descr)->tp_descr_set;
+        if (!set) {
+            PyErr_SetString(PyExc_TypeError, "not a slot descriptor");
+            return -1;
+        }
+        return set(descr, obj, value);
+    }
+    """
+    int cs_set_slot(object descr, object obj, object value) except -1
+
+cdef extern from "math.h" nogil:
+    double nearbyint(double x)
+
+# The last millisecond a ledger timestamp renders (9999-12-31T23:59:59.999Z).
+cdef int64_t _MAX_MS = 253402300799999
+
+
+cdef str _ledger_time(int64_t ms):
+    """``ledger_timestamp(ms / 1000)`` of the writer: the same double arithmetic (division,
+    then times 10^6 rounded half to even), then the proleptic Gregorian date of the second."""
+    cdef double now = <double>ms / 1000.0
+    cdef int64_t micros = <int64_t>nearbyint(now * 1000000.0)
+    cdef int64_t second = micros // 1000000, fraction = micros - second * 1000000
+    cdef int64_t days = second // 86400, rest = second - days * 86400
+    cdef int64_t z = days + 719468, era, doe, yoe, y, doy, mp, d, m
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    if m <= 2:
+        y += 1
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (y, m, d, rest // 3600, rest // 60 % 60, rest % 60, fraction)
+
+
+def ledger_time(int64_t ms):
+    """A millisecond time as the writer stamps text times (0 <= ms <= 9999-12-31)."""
+    if not 0 <= ms <= _MAX_MS:
+        raise ValueError("outside the years a ledger timestamp renders")
+    return _ledger_time(ms)
+
+
+def build_events(cls, tuple slots, list tables, list time_ms, list time_columns, list rows, list ids, which,
+                 positions, dict bodies, shown):
+    """The events of a page, in merge order, as instances of the slotted class ``cls`` whose
+    fields' descriptors are ``slots`` (table, id, event_id, timestamp, row, bodies): event k
+    is row ``positions[k]`` of taken table ``which[k]`` (its dict in ``rows``, its id in
+    ``ids``). A millisecond time is rendered here; any time other than that or a text is
+    ``shown(table index, value)``."""
+    cdef Py_ssize_t n = len(which), j
+    cdef list out = [None] * n
+    cdef int k
+    cdef int64_t i
+    cdef dict row
+    cdef PyTypeObject *tp = <PyTypeObject *>cls
+    cdef object event_id, when, stamp, obj
+    for j in range(n):
+        k = which[j]
+        i = positions[j]
+        row = <dict>(<list>rows[k])[i]
+        event_id = row["event_id"]
+        when = row[time_columns[k]]
+        if time_ms[k] and type(when) is int and 0 <= when <= _MAX_MS:
+            stamp = _ledger_time(when)
+        elif type(when) is str:
+            stamp = when
+        else:
+            stamp = shown(k, when)
+        obj = cls.__new__(cls)
+        cs_set_slot(slots[0], obj, tables[k])
+        cs_set_slot(slots[1], obj, (<list>ids[k])[i])
+        cs_set_slot(slots[2], obj, event_id if type(event_id) is str else str(event_id))
+        cs_set_slot(slots[3], obj, stamp)
+        cs_set_slot(slots[4], obj, row)
+        cs_set_slot(slots[5], obj, bodies.get((tables[k], event_id), ()))
+        out[j] = obj
+    return out
+
+
+def merge_heads(list keys, list ids, list sizes, list numbers, int64_t limit, int64_t budget, list more):
+    """Rows of several tables in the order a k-way merge of their heads gives (each table's
+    rows stay in their order; the next row is the smallest head by (key, number, id)), until
+    ``limit`` rows or until the sizes taken reach ``budget``. A table whose ``more`` is true
+    has rows past those given: the merge stops when it runs out of them, since its next row
+    might come next. Returns (table, row) positions as two int64 arrays and the table that
+    ran out (-1 for none)."""
+    cdef int k = len(keys), t, best, starved = -1
+    cdef int64_t n = 0, spent = 0
+    out_t = np.zeros(max(limit, 0), np.int64)
+    out_r = np.zeros(max(limit, 0), np.int64)
+    cdef int64_t[::1] ot = out_t, orow = out_r
+    cdef list kv = [np.ascontiguousarray(x, np.int64) for x in keys]
+    cdef list iv = [np.ascontiguousarray(x, np.int64) for x in ids]
+    cdef list sv = [np.ascontiguousarray(x, np.int64) for x in sizes]
+    cdef int64_t[:, ::1] heads = np.zeros((max(k, 1), 4), np.int64)  # at, length, number, -
+    cdef const int64_t *kp[64]
+    cdef const int64_t *ip[64]
+    cdef const int64_t *sp[64]
+    cdef const int64_t[::1] view
+    if k > 64:
+        raise ValueError("at most 64 tables")
+    for t in range(k):
+        view = kv[t]
+        kp[t] = &view[0] if view.shape[0] else NULL
+        heads[t, 1] = view.shape[0]
+        view = iv[t]
+        ip[t] = &view[0] if view.shape[0] else NULL
+        view = sv[t]
+        sp[t] = &view[0] if view.shape[0] else NULL
+        heads[t, 2] = numbers[t]
+        heads[t, 3] = 1 if more[t] else 0
+    with nogil:
+        while n < limit and starved < 0:
+            best = -1
+            for t in range(k):
+                if heads[t, 0] >= heads[t, 1]:
+                    if heads[t, 3]:
+                        starved = t
+                        break
+                    continue
+                if best < 0:
+                    best = t
+                    continue
+                if (kp[t][heads[t, 0]] < kp[best][heads[best, 0]] or
+                        (kp[t][heads[t, 0]] == kp[best][heads[best, 0]] and
+                         (heads[t, 2] < heads[best, 2] or
+                          (heads[t, 2] == heads[best, 2] and ip[t][heads[t, 0]] < ip[best][heads[best, 0]])))):
+                    best = t
+            if best < 0 or starved >= 0:
+                break
+            ot[n] = best
+            orow[n] = heads[best, 0]
+            spent += sp[best][heads[best, 0]]
+            heads[best, 0] += 1
+            n += 1
+            if spent >= budget:
+                break
+    return out_t[:n], out_r[:n], starved
+
+
 # ---- buffers lent to Arrow ---------------------------------------------------------------------
 
 cdef void _drop_owner(cs_mem *m) noexcept nogil:
@@ -778,6 +1004,20 @@ cdef const void *_address(object buf, list views) except? NULL:
     if view.shape[0] == 0:
         return <const void *>&_EMPTY[0]
     return <const void *>&view[0]
+
+
+def stream_of(schema, array):
+    """An "arrow_array_stream" capsule of the one batch in an ("arrow_schema", "arrow_array")
+    pair of capsules, which it takes over (they are left released)."""
+    cdef ArrowSchema *s = <ArrowSchema *>PyCapsule_GetPointer(schema, b"arrow_schema")
+    cdef ArrowArray *a = <ArrowArray *>PyCapsule_GetPointer(array, b"arrow_array")
+    if s.release == NULL or a.release == NULL:
+        raise ValueError("the capsules were consumed already")
+    cdef ArrowArrayStream *out = <ArrowArrayStream *>calloc(1, sizeof(ArrowArrayStream))
+    if out == NULL or cs_stream_of_one(s, a, out) != 0:
+        free(out)
+        raise MemoryError()
+    return PyCapsule_New(out, b"arrow_array_stream", <PyCapsule_Destructor>_free_stream_capsule)
 
 
 def export_arrays(fields, int64_t length, keep):

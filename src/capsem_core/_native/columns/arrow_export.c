@@ -1,4 +1,5 @@
 /* Arrow structures built by this module (see arrow_export.h). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,59 @@ int cs_schema_node(struct ArrowSchema *out, const char *format, const char *name
 
 struct ArrowSchema *cs_schema_child(struct ArrowSchema *parent, int i) {
     return ((schema_node *)parent->private_data)->kids[i];
+}
+
+int cs_schema_copy(const struct ArrowSchema *src, struct ArrowSchema *out) {
+    if (cs_schema_node(out, src->format, src->name, src->flags, (int)src->n_children)) return -1;
+    for (int64_t i = 0; i < src->n_children; i++) {
+        if (cs_schema_copy(src->children[i], cs_schema_child(out, (int)i))) {
+            cs_schema_release(out);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    struct ArrowSchema schema;
+    struct ArrowArray array;
+} one_batch;
+
+static int one_schema(struct ArrowArrayStream *s, struct ArrowSchema *out) {
+    return cs_schema_copy(&((one_batch *)s->private_data)->schema, out) ? ENOMEM : 0;
+}
+
+static int one_next(struct ArrowArrayStream *s, struct ArrowArray *out) {
+    one_batch *b = s->private_data;
+    *out = b->array; /* the batch once, then a released array: the end */
+    memset(&b->array, 0, sizeof b->array);
+    return 0;
+}
+
+static const char *one_error(struct ArrowArrayStream *s) { return NULL; }
+
+static void one_release(struct ArrowArrayStream *s) {
+    one_batch *b = s->private_data;
+    cs_array_release(&b->array);
+    cs_schema_release(&b->schema);
+    free(b);
+    s->release = NULL;
+}
+
+int cs_stream_of_one(struct ArrowSchema *schema, struct ArrowArray *array, struct ArrowArrayStream *out) {
+    memset(out, 0, sizeof *out);
+    one_batch *b = calloc(1, sizeof *b);
+    if (!b) return -1;
+    b->schema = *schema;
+    b->array = *array;
+    memset(schema, 0, sizeof *schema);
+    memset(array, 0, sizeof *array);
+    out->get_schema = one_schema;
+    out->get_next = one_next;
+    out->get_last_error = one_error;
+    out->release = one_release;
+    out->private_data = b;
+    return 0;
 }
 
 void cs_array_release(struct ArrowArray *a) {

@@ -47,6 +47,13 @@ struct ArrowArray *cs_array_child(struct ArrowArray *parent, int i);
 int cs_schema_node(struct ArrowSchema *out, const char *format, const char *name, int64_t flags, int nkids);
 struct ArrowSchema *cs_schema_child(struct ArrowSchema *parent, int i);
 
+/* A deep copy of schema `src` into `out` (for a stream's get_schema, each call its own). */
+int cs_schema_copy(const struct ArrowSchema *src, struct ArrowSchema *out);
+
+/* A stream of the one batch `array` (moved in: `array` is left released) of schema `schema`
+ * (moved in too), for data already built whole. 0 or -1. */
+int cs_stream_of_one(struct ArrowSchema *schema, struct ArrowArray *array, struct ArrowArrayStream *out);
+
 /* Release `a` / `s` if it is live (release not NULL). */
 void cs_array_release(struct ArrowArray *a);
 void cs_schema_release(struct ArrowSchema *s);

@@ -102,6 +102,7 @@ static int walk(void *arg) {
     size_t cap = 0;
     uint64_t visited = 0;
     int seeking = s->has_after;
+    int64_t cells = 0, first_cells = -1; /* cells of the leaves listed (a page of rows needs few) */
     frame bounds = {0, 0, 0, 1, 1, 0, 0};
     uint32_t pgno = s->root;
     for (;;) {
@@ -116,6 +117,9 @@ static int walk(void *arg) {
             int rc = push_leaf(s, &cap, pgno, &bounds);
             if (rc != CS_OK) return rc;
             seeking = 0;
+            if (first_cells < 0) first_cells = ncell; /* of which some may lie at or before `after` */
+            cells += ncell;
+            if (s->max_rows > 0 && cells - first_cells >= s->max_rows) return CS_OK;
         } else if (type == 0x05) {
             if (depth >= CAPSEM_PAGES_MAX_DEPTH) return CS_UNREADABLE;
             frame *f = &stack[depth++];

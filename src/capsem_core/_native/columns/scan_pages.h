@@ -68,6 +68,7 @@ typedef struct {
     const uint32_t *record; /* per output column: its record column, or CS_ROWID */
     const uint8_t *real;    /* per output column: REAL affinity (an INTEGER reads as REAL) */
     volatile const int *cancel;
+    int64_t max_rows; /* > 0: list only the leaves that can hold this many rows past `after` */
     /* filled by cs_pages_open */
     cs_leaf *leaves;
     size_t nleaves;
