@@ -1,7 +1,7 @@
 """The one output-path policy: how every command writes a file out of a ledger.
 
-``body -o``, ``export``, ``sample`` and the verification record write through here, so one
-rule holds everywhere:
+``body -o``, ``export``, ``sample``, ``events --format`` and the verification record write
+through here, so one rule holds everywhere:
 
 - an output path is never ``''`` and never names ``.``, ``..`` or ``/`` (``x/..`` included):
   such a name would write into a directory the user did not name;
@@ -24,7 +24,10 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from capsem_core.errors import LedgerError, SymlinkRefused
 
@@ -80,6 +83,18 @@ def open_output_dir(path: PathArg, *, create: bool = False) -> int:
         raise LedgerError(f"cannot open the output directory: {exc.strerror}", path) from None
 
 
+def _parent_dir(parent: str) -> int:
+    """A descriptor of the directory an output file's name lies in: ``parent`` as
+    ``open_output_dir`` opens it, or the current directory for a bare name ("out.bin" names a
+    file here; only a name that is itself "." is refused)."""
+    if parent:
+        return open_output_dir(parent)
+    try:
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LedgerError(f"cannot open the current directory: {exc.strerror}", ".") from None
+
+
 def _refuse_link(path: PathArg, what: str) -> None:
     try:
         link = stat.S_ISLNK(os.lstat(path).st_mode)
@@ -89,43 +104,53 @@ def _refuse_link(path: PathArg, what: str) -> None:
         raise SymlinkRefused(f"refusing an {what} that is a symbolic link", path)
 
 
-def write_output(path: PathArg, data: bytes | memoryview) -> None:
-    """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
-    name) replaced atomically in its existing directory, a character device or a FIFO with a
-    reader written into, anything else refused. ``-`` is not handled here: the command writes
-    standard output itself."""
+def _output_kind(path: PathArg) -> str | None:
+    """What an output file's name holds, checked under the policy: "device" or "fifo" (to be
+    written into), None (a regular file or nothing: replaced atomically); a bad name, a link
+    or any other kind of file is refused (LedgerError / SymlinkRefused naming it)."""
     check_output_name(path, "output file")
     raw = os.fspath(path)
     if raw.endswith("/"):
         raise LedgerError("the output file is named with a trailing '/': name a file", raw)
     try:
-        st: os.stat_result | None = os.lstat(raw)
+        mode = os.lstat(raw).st_mode
     except FileNotFoundError:
-        st = None
+        return None
     except OSError as exc:
         raise LedgerError(f"cannot look at the output file: {exc.strerror}", raw) from None
-    if st is not None:
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
-        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-            _write_into(raw, data, fifo=stat.S_ISFIFO(mode))
-            return
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-            raise LedgerError(f"the output file is {kind}; refusing to write there", raw)
+    if stat.S_ISLNK(mode):
+        raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "fifo" if stat.S_ISFIFO(mode) else "device"
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise LedgerError(f"the output file is {kind}; refusing to write there", raw)
+    return None
+
+
+def write_output(path: PathArg, data: bytes | memoryview) -> None:
+    """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
+    name) replaced atomically in its existing directory, a character device or a FIFO with a
+    reader written into, anything else refused. ``-`` is not handled here: the command writes
+    standard output itself."""
+    raw = os.fspath(path)
+    into = _output_kind(path)
+    if into is not None:
+        _write_into(raw, data, fifo=into == "fifo")
+        return
     parent, name = os.path.split(raw)
-    dir_fd = open_output_dir(parent or ".")
+    dir_fd = _parent_dir(parent)
     try:
         write_file_at(dir_fd, name, data, parent or None)
     finally:
         os.close(dir_fd)
 
 
-def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
-    """Write into an existing device or FIFO without creating, truncating or replacing it.
-    A FIFO is opened non-blocking first: without a reader that is ENXIO, one line, not a hang."""
+def _open_into(path: str, *, fifo: bool) -> int:
+    """A descriptor to write into an existing device or FIFO (never created, truncated or
+    replaced). A FIFO is opened non-blocking first: without a reader that is ENXIO, one
+    line, not a hang; then it blocks as a pipe should."""
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0)
     try:
         fd = os.open(path, flags)
@@ -133,9 +158,16 @@ def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
         if fifo and exc.errno == errno.ENXIO:
             raise LedgerError("the output FIFO has no reader; refusing to wait for one", path) from None
         raise LedgerError(f"cannot open the output {'FIFO' if fifo else 'device'}: {exc.strerror}", path) from None
+    if fifo:
+        os.set_blocking(fd, True)
+    return fd
+
+
+def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
+    """Write into an existing device or FIFO without creating, truncating or replacing it.
+    A FIFO is opened non-blocking first: without a reader that is ENXIO, one line, not a hang."""
+    fd = _open_into(path, fifo=fifo)
     try:
-        if fifo:
-            os.set_blocking(fd, True)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
@@ -144,6 +176,51 @@ def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
                           path) from None
     finally:
         os.close(fd)
+
+
+@contextmanager
+def open_output_stream(path: PathArg) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through, piece by piece, under the policy above (for
+    outputs too large to hold whole: a table as Parquet, an archive as WARC). A regular file
+    (or a new name) is written into a fresh temporary file beside it, renamed over the name
+    when the block ends normally and removed when it raises (an interrupt included), so the
+    name holds the old file or the whole new one; a character device or a FIFO with a reader
+    is written into directly. ``-`` is not handled here: the command writes standard output
+    itself. LedgerError / SymlinkRefused naming the path, before anything is written."""
+    raw = os.fspath(path)
+    into = _output_kind(path)
+    if into is not None:
+        with os.fdopen(_open_into(raw, fifo=into == "fifo"), "wb") as device:
+            yield device
+        return
+    parent, name = os.path.split(raw)
+    dir_fd = _parent_dir(parent)
+    tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
+    try:
+        kind = _kind_in_the_way(dir_fd, name)
+        if kind is not None:
+            raise LedgerError(f"the output file is {kind}; refusing to replace it", raw)
+        fd = -1
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+            with os.fdopen(fd, "wb") as out:
+                fd = -1  # the file object owns it now
+                yield out
+            kind = _kind_in_the_way(dir_fd, name)
+            if kind is not None:
+                raise LedgerError(f"the output file became {kind} while it was written; not replaced", raw)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 def regular_size_at(dir_fd: int, name: str) -> int | None:
@@ -251,5 +328,6 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "prepare_output_dir",
+__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "open_output_stream",
+           "prepare_output_dir",
            "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]
