@@ -61,9 +61,9 @@ def _checked(args: argparse.Namespace) -> str:
 
 def _pyarrow() -> tuple[Any, Any, Any]:
     try:
-        import pyarrow
-        import pyarrow.ipc
-        import pyarrow.parquet
+        import pyarrow  # type: ignore[import-untyped]
+        import pyarrow.ipc  # type: ignore[import-untyped]
+        import pyarrow.parquet  # type: ignore[import-untyped]
     except ImportError:
         raise LedgerError(f"--format needs pyarrow, which is not installed: {INSTALL}") from None
     return pyarrow, pyarrow.parquet, pyarrow.ipc
