@@ -195,30 +195,9 @@ def open_output_stream(path: PathArg) -> Iterator[BinaryIO]:
         return
     parent, name = os.path.split(raw)
     dir_fd = _parent_dir(parent)
-    tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
     try:
-        kind = _kind_in_the_way(dir_fd, name)
-        if kind is not None:
-            raise LedgerError(f"the output file is {kind}; refusing to replace it", raw)
-        fd = -1
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                         dir_fd=dir_fd)
-            with os.fdopen(fd, "wb") as out:
-                fd = -1  # the file object owns it now
-                yield out
-            kind = _kind_in_the_way(dir_fd, name)
-            if kind is not None:
-                raise LedgerError(f"the output file became {kind} while it was written; not replaced", raw)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+        with _replacing(dir_fd, name, raw) as fd, os.fdopen(fd, "wb", closefd=False) as out:
+            yield out
     finally:
         os.close(dir_fd)
 
@@ -270,6 +249,17 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     shown = os.path.join(os.fspath(directory), name) if directory is not None else name
+    with _replacing(dir_fd, name, shown, mode=mode, durable=durable) as fd:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+@contextmanager
+def _replacing(dir_fd: int, name: str, shown: PathArg, *, mode: int = 0o644,
+               durable: bool = False) -> Iterator[int]:
+    """The descriptor of the temporary file that replaces ``name`` in ``dir_fd`` when the
+    block ends normally (see ``write_file_at``); it is removed when the block raises."""
     kind = _kind_in_the_way(dir_fd, name)
     if kind is not None:
         raise LedgerError(f"the output file is {kind}; refusing to replace it", shown)
@@ -278,9 +268,7 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
     try:
         # Inside the try: an interrupt landing just after the open still removes the file.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        yield fd
         if durable:
             os.fsync(fd)
         os.close(fd)

@@ -182,8 +182,9 @@ def test_any_values_scan_to_what_sqlite_returns_from_the_pages_and_the_statement
                         {"timestamp": "t", "provider": "p", "method": "GET", "path": "/"}),
         "body_blocks": (["raw_len", "disk_len", "sealed_at", "block_offset"], {}),
     }[table]
-    if table == "body_blocks":  # NOT NULL columns, and the rowid: distinct integers, some negative or large
-        rows = [[0 if v is None else v for v in values[:3]] + [i * 7919 - 40 + (1 << 40) * (i % 2)]
+    if table == "body_blocks":  # NOT NULL columns (SQLite stores a NaN as NULL), and the rowid: distinct
+        # integers, some negative or large
+        rows = [[0 if v is None or v != v else v for v in values[:3]] + [i * 7919 - 40 + (1 << 40) * (i % 2)]
                 for i, values in enumerate(rows)]
     _insert(db, table, columns + list(fixed), [values + list(fixed.values()) for values in rows])
     want = select_star(db, table)

@@ -26,9 +26,7 @@ anchor that is not the row's is another ledger's.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -107,18 +105,7 @@ def decode(text: str, where: Where = None) -> ScanPosition:
     if not text.startswith(PREFIX):
         raise _refuse("a scan cursor starts with 'sc1.' (an events cursor with 'ev1.'; or use 'start' or "
                       "'latest')", where)
-    body = text[len(PREFIX):]
-    try:
-        raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        raise _refuse("its text is not URL-safe base64", where) from None
-    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != body:
-        raise _refuse("its text is not the one capsem-core wrote (edited)", where)
-    if len(raw) < 3 + _CHECK_BYTES:
-        raise _refuse("it is cut short", where)
-    payload, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
-    if not hmac.compare_digest(check, _check(payload)):
-        raise _refuse("it fails its integrity check (edited or damaged)", where)
+    payload = events_cursor.checked_payload(text[len(PREFIX):], _CHECK_KEY, 3, lambda why: _refuse(why, where))
     if payload[0] != VERSION:
         raise _refuse(f"it is of scan cursor version {payload[0]}, which this capsem-core does not read", where)
     if payload[1] >= len(schema.TABLES):

@@ -212,27 +212,8 @@ void cs_pages_close(cs_pages *s) {
 /* ---- one row ------------------------------------------------------------------------------ */
 
 static int cell_payload(const reader *r, const uint8_t *page, uint32_t pc, int64_t *rowid, payload *p) {
-    uint32_t usable = r->f.h.usable;
-    const uint8_t *end = page + usable, *q = page + pc;
-    uint64_t psize, rid;
-    unsigned n = varint(q, end, &psize);
-    if (!n || psize > 0x7FFFFFFFu) return CS_UNREADABLE;
-    q += n;
-    n = varint(q, end, &rid);
-    if (!n) return CS_UNREADABLE;
-    q += n;
-    uint32_t max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
-    *p = (payload){q, (uint32_t)psize, (uint32_t)psize, 0, 0, 0};
-    if (psize > max_local) {
-        uint32_t surplus = min_local + (uint32_t)((psize - min_local) % (usable - 4));
-        p->nlocal = surplus <= max_local ? surplus : min_local;
-        if (q + p->nlocal + 4 > end) return CS_UNREADABLE;
-        p->next = get4(q + p->nlocal);
-        p->chain_at = p->nlocal;
-        p->left = (uint32_t)((psize - p->nlocal + usable - 5) / (usable - 4));
-    } else if (q + psize > end) {
-        return CS_UNREADABLE;
-    }
+    uint64_t rid;
+    if (!capsem_cell_payload(page, pc, r->f.h.usable, &rid, p)) return CS_UNREADABLE;
     *rowid = (int64_t)rid;
     return CS_OK;
 }
