@@ -608,6 +608,8 @@ static int append_value(reader *r, payload *p, const rec_value *v, int64_t rowid
         int both = (lay->mask & (1u << CS_TEXT)) && (lay->mask & (1u << CS_TEXT_BYTES));
         if (!both) {
             cls = (lay->mask & (1u << CS_TEXT)) ? CS_TEXT : CS_TEXT_BYTES;
+        } else if (v->len == 0) {
+            cls = CS_TEXT; /* the empty text is valid UTF-8, and has no bytes to read */
         } else {
             const uint8_t *src;
             if (v->off + v->len <= p->nlocal) {
