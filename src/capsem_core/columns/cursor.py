@@ -81,12 +81,7 @@ def encode(at: ScanPosition) -> str:
         flags |= _ANCHORED
     out.append(flags)
     if at.position is not None:
-        magnitude = abs(at.position)
-        while True:
-            byte, magnitude = magnitude & 0x7F, magnitude >> 7
-            out.append(byte | (0x80 if magnitude else 0))
-            if not magnitude:
-                break
+        out += events_cursor.leb128(abs(at.position))
     if at.anchor is not None:
         out += at.anchor
     out += _check(bytes(out))
@@ -113,16 +108,8 @@ def decode(text: str, where: Where = None) -> ScanPosition:
     flags, i = payload[2], 3
     position = None
     if flags & _HAS_POSITION:
-        magnitude = shift = 0
-        while True:
-            if i >= len(payload) or shift > 63:
-                raise _refuse("its position is cut short or too long", where)
-            byte = payload[i]
-            i += 1
-            magnitude |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        magnitude, i = events_cursor.read_leb128(payload, i, 10,
+                                                 lambda: _refuse("its position is cut short or too long", where))
         position = -magnitude if flags & _NEGATIVE else magnitude
         if not -(1 << 63) <= position < (1 << 63):
             raise _refuse("its position is not a rowid", where)

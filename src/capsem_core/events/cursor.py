@@ -74,6 +74,32 @@ def anchor_of(event_id: object, when: object) -> bytes:
     return h.digest()
 
 
+def leb128(value: int) -> bytes:
+    """A non-negative integer as unsigned LEB128 (seven bits a byte, the low ones first)."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def read_leb128(payload: bytes, i: int, most: int, refuse: Callable[[], CursorError]) -> tuple[int, int]:
+    """The unsigned LEB128 integer at ``payload[i:]`` (at most ``most`` bytes) and where it
+    ends; ``refuse()`` is raised for one cut short or longer."""
+    value = shift = 0
+    for k in range(most + 1):
+        if k == most or i >= len(payload):
+            raise refuse()
+        byte = payload[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+    raise refuse()
+
+
 def _check(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_CHECK_BYTES, key=_CHECK_KEY).digest()
 
@@ -89,12 +115,7 @@ def encode(marks: Mapping[str, Mark]) -> str:
             raise ValueError(f"position {mark.position} of {name} is not a rowid")
         anchored = mark.anchor is not None
         out.append(TABLE_NUMBER[name] | (_ANCHORED if anchored else 0))
-        position = mark.position
-        while True:
-            byte, position = position & 0x7F, position >> 7
-            out.append(byte | (0x80 if position else 0))
-            if not position:
-                break
+        out += leb128(mark.position)
         if mark.anchor is not None:
             if len(mark.anchor) != ANCHOR_BYTES:
                 raise ValueError("an anchor is 8 bytes")
@@ -148,16 +169,7 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
             raise _refuse("its tables are out of order or unknown", where)
         last_number = number
         i += 1
-        position = shift = 0
-        while True:
-            if i >= len(payload) or shift > 56:
-                raise _refuse("a position is cut short or too long", where)
-            byte = payload[i]
-            i += 1
-            position |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        position, i = read_leb128(payload, i, 9, lambda: _refuse("a position is cut short or too long", where))
         if not 0 < position <= _MAX_POSITION:
             raise _refuse("a position is not a rowid", where)
         anchor = None
@@ -171,4 +183,4 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
 
 
 __all__ = ["ANCHOR_BYTES", "MAX_CURSOR_CHARS", "Mark", "PREFIX", "START", "VERSION", "anchor_of",
-           "checked_payload", "decode", "encode"]
+           "checked_payload", "decode", "encode", "leb128", "read_leb128"]

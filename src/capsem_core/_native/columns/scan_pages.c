@@ -274,15 +274,6 @@ static int row_values(reader *r, payload *p, int64_t rowid) {
     return CS_OK;
 }
 
-static int64_t int_of(const uint8_t *b, uint64_t t) {
-    if (t == 8) return 0;
-    if (t == 9) return 1;
-    unsigned n = serial_size(t);
-    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
-    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
-    return (int64_t)v;
-}
-
 /* A numeric value (INTEGER or REAL serial types, `rowid` for the rowid column) as the class
  * the column reads it as. */
 static int number(reader *r, payload *p, const rec_value *v, int64_t rowid, int64_t *i, double *d) {
@@ -299,7 +290,7 @@ static int number(reader *r, payload *p, const rec_value *v, int64_t rowid, int6
         memcpy(d, &bits, 8);
         return CS_OK;
     }
-    int64_t x = int_of(b, v->t);
+    int64_t x = capsem_serial_int(b, v->t);
     if (v->cls == CS_REAL) *d = (double)x;
     else *i = x;
     return CS_OK;

@@ -128,6 +128,18 @@ static inline int capsem_cell_payload(const uint8_t *page, uint32_t pc, uint32_t
     return 1;
 }
 
+static inline uint32_t serial_size(uint64_t t);
+
+/* The integer of serial type t (1-6, 8, 9) whose big-endian bytes are at b. */
+static inline int64_t capsem_serial_int(const uint8_t *b, uint64_t t) {
+    if (t == 8) return 0;
+    if (t == 9) return 1;
+    unsigned n = serial_size(t);
+    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
+    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
+    return (int64_t)v;
+}
+
 /* The content size of serial types 0-127, the one-byte ones. */
 static const uint8_t SMALL_SIZE[128] = {
     0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0,

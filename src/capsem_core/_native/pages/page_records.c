@@ -253,15 +253,6 @@ static int text_value(scan *s, size_t i, payload *p, uint32_t off, uint32_t len)
     return queue_text(s, i, bytes, len, bytes != s->text);
 }
 
-static int64_t int_value(const uint8_t *b, uint64_t t) {
-    if (t == 8) return 0;
-    if (t == 9) return 1;
-    unsigned n = serial_size(t);
-    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
-    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
-    return (int64_t)v;
-}
-
 /* A NULL of column c in the row being read (a DIGEST's NULL is not a text: -1, zero bytes). */
 static void null_value(scan *s, capsem_rec_column *c) {
     int64_t *out = &c->values[s->rows];
@@ -358,7 +349,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             uint8_t raw[8] = {0};
             const uint8_t *b = size ? capsem_payload_bytes(&s->f, &p, (uint32_t)body, size, raw) : raw;
             if (!b) return CAPSEM_REC_UNREADABLE;
-            *out = int_value(b, t);
+            *out = capsem_serial_int(b, t);
             if (*out == CAPSEM_REC_NULL) c->odd++;
         } else {
             *out = CAPSEM_REC_NULL;
