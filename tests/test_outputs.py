@@ -204,3 +204,16 @@ def test_write_output_refuses_a_trailing_slash(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="trailing"):
         write_output(str(tmp_path / "x") + "/", b"data")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bare_file_name_is_written_in_the_current_directory(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from capsem_core.outputs import output_stream, write_output
+
+    monkeypatch.chdir(tmp_path)
+    write_output("whole.bin", b"whole")
+    with output_stream("streamed.bin") as out:
+        out.write(b"streamed")
+    assert (tmp_path / "whole.bin").read_bytes() == b"whole"
+    assert (tmp_path / "streamed.bin").read_bytes() == b"streamed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["streamed.bin", "whole.bin"]

@@ -28,6 +28,8 @@ from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
 from capsem_core.check.subset import Subset
+from capsem_core.columns.scan import Scan, open_scan
+from capsem_core.columns.source import HeldFile
 from capsem_core.errors import LedgerError
 from capsem_core.snapshot import Snapshot
 from capsem_core.events import DEFAULT_POLL_S, MAX_LIMIT, EventPage, EventReader
@@ -90,6 +92,7 @@ class Ledger:
     def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):
         self._closed = False
         self._events: EventReader | None = None
+        self._columns_file: HeldFile | None = None
         self.db_path, self.bodies_path = ledger_paths(path)
         self.directory = self.db_path.parent
         require_regular_file(self.db_path, SESSION_DB)
@@ -125,6 +128,8 @@ class Ledger:
                 self._pages.close()
                 if self._events is not None:
                     self._events.close()
+                if self._columns_file is not None:
+                    self._columns_file.close()
             finally:
                 self._conn.close()
 
@@ -408,6 +413,32 @@ class Ledger:
         iterating; the last page's ``cursor`` resumes exactly after what was yielded.
         """
         return self._event_reader().follow(tables, after, limit, poll, stop)
+
+    def scan(self, table: str, *, columns: Sequence[str] | None = None, after: str = "start",
+             threads: int = 0) -> Scan:
+        """The rows of ``table`` (any table of the schema) as Arrow record batches, read in one
+        snapshot: a ``capsem_core.columns.Scan``, whose ``__arrow_c_stream__`` pyarrow, polars
+        and DuckDB read directly (``pyarrow.table(ledger.scan("net_events"))``), in rowid order.
+
+        ``columns``: None for every column in declared order, else those names in that order.
+        ``after``: "start", "latest" or a cursor (a scan's ``cursor``; for an event table an
+        events cursor, ``Ledger.events``' too): only rows committed after it. Values are
+        SQLite's own: INTEGER int64, REAL float64, TEXT utf8 (text that is not UTF-8 binary),
+        BLOB binary, NULL a null; a column holding several storage classes is a dense union
+        of them (docs/api.md, "Columns"). Batches of 64k rows are filled ahead natively on
+        ``threads`` threads (0: one per core) and freed as the consumer drops them. Once the
+        stream is consumed, ``cursor`` stands after its last row. Raises ValueError for a
+        table or column that is not the ledger's, CursorError for a cursor that is not one,
+        was edited, is of another table or ledger, LedgerError when session.db cannot be
+        read or the ledger is closed. The scan opens its own read-only connection: it does
+        not wait for, or hold up, the Ledger's other reads.
+        """
+        with self._lock:
+            self._live()
+            if self._columns_file is None:
+                self._columns_file = HeldFile(self.db_path)
+            held = self._columns_file
+        return open_scan(self.db_path, table, columns=columns, after=after, threads=threads, held=held)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block.

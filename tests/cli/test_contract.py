@@ -437,3 +437,16 @@ def test_a_real_process_keeps_the_contract_too(world: World, argv: list[str | by
     else:
         assert proc.stdout == b""
     assert _tree(run.cwd, run.zoo, world.home) == before
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("target", [*ZOO, "new.out", "-"])
+def test_events_format_writes_nothing_but_its_output_whatever_it_names(world: World, fmt: str, target: str) -> None:
+    run = world.fresh()
+    out = run.place(f"@zoo/{target}") if target in ZOO else target
+    ledger = next(world.home.rglob("session.db"))
+    argv = ["events", "--db", str(ledger), "--table", "net_events", "--format", fmt, "-o", out]
+    outcome = assert_contract(world, run, argv, [Path(out) if os.path.isabs(out) else run.cwd / out])
+    assert outcome.code in (0, 1), (argv, outcome.err)
+    if target in ("new.out", "empty", "not-sqlite", "chardev", "-"):
+        assert outcome.code == 0, outcome.err

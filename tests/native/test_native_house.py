@@ -21,7 +21,8 @@ def test_the_native_tree_is_grouped_by_concept():
                  "blake3/x86/blake3_rows.h", "blake3/x86/blake3_x16.h", "blake3/arm/blake3_neon.c",
                  "common/_errors.pyx", "common/status.c", "common/status.h",
                  "common/map_guard.c", "pages/_pages.pyx", "pages/page_map.c", "warc/_warc.pyx",
-                 "warc/warc_gzip.c", "warc/warc_gzip.h"):
+                 "warc/warc_gzip.c", "warc/warc_gzip.h", "columns/_columns.pyx", "columns/arrow_abi.h",
+                 "columns/scan_pages.c", "columns/scan_rows.c", "columns/scan_stream.c"):
         assert want in names, want
     assert not (ROOT / "cext").exists()
 
@@ -96,6 +97,6 @@ def test_the_codecs_are_built_against_their_own_headers():
 
 
 def test_every_extension_module_has_a_stub_and_the_package_is_typed():
-    for name in ("_archive", "_index", "_blake3", "_errors", "_pages", "_warc"):
+    for name in ("_archive", "_index", "_blake3", "_errors", "_pages", "_warc", "_columns"):
         assert (NATIVE / f"{name}.pyi").is_file(), name
     assert (NATIVE.parent / "py.typed").is_file()

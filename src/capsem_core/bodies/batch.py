@@ -10,6 +10,7 @@ is built until it is asked for.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -120,6 +121,18 @@ class BodyBatch(ReadOnlyBytes):
     def hash_text(self, i: int) -> str:
         """Body i's hash as the index writes it ("blake3:" + hex)."""
         return self.rows.hash_text(i)
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[Any, Any]:
+        """The batch as an Arrow struct array ("arrow_schema", "arrow_array" capsules): the
+        keys, then ``data`` as large_binary over this batch's own buffer, no body copied
+        (``capsem_core.columns.bodies``). The arrays keep the batch alive."""
+        from capsem_core.columns.bodies import batch_capsules
+        return batch_capsules(self)
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> Any:
+        """The same as a stream of one record batch ("arrow_array_stream")."""
+        from capsem_core.columns.bodies import batch_stream
+        return batch_stream(self)
 
     def __repr__(self) -> str:
         return f"BodyBatch({len(self)} bodies, {self.nbytes} bytes, {len(self.findings)} findings)"

@@ -260,7 +260,28 @@ def read_batch(snapshot: Snapshot, idx: BodyIndex, positions: Positions, errors:
             rows, offsets, lens, ok = rows.take(keep), offsets[keep], lens[keep], ok[keep]
         else:
             lens = np.where(ok, lens, 0)
+        buffer, offsets = close_gaps(buffer, offsets, lens)
     return BodyBatch(buffer, offsets, lens, rows, ok, findings)
+
+
+def close_gaps(buffer: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
+               lens: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The bodies moved down over the slots of those left out or emptied, so they lie end to
+    end (``offsets[i + 1] == offsets[i] + lens[i]``, which Arrow's binary layout needs): one
+    move per run of bodies already touching, only when a batch has damage."""
+    n = offsets.shape[0]
+    packed = np.zeros(n, np.int64)
+    if n > 1:
+        np.cumsum(lens[:-1], out=packed[1:])
+    total = int(packed[-1] + lens[-1]) if n else 0
+    ends = offsets + lens
+    starts = np.concatenate(([0], np.flatnonzero(offsets[1:] != ends[:-1]) + 1)) if n else np.zeros(0, np.int64)
+    stops = np.concatenate((starts[1:], [n])) if n else starts
+    for a, b in zip(starts.tolist(), stops.tolist()):
+        src, dst, size = int(offsets[a]), int(packed[a]), int(ends[b - 1] - offsets[a])
+        if size and src != dst:
+            buffer[dst:dst + size] = buffer[src:src + size]  # numpy copies overlapping moves safely
+    return buffer[:total], packed
 
 
 __all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "Errors", "Selection", "check_errors", "fault_error", "plan_batches",

@@ -8,7 +8,8 @@ When it ends it prints ``cursor: <cursor>`` on stderr; ``--after <cursor>`` resu
 after the last event printed. Without ``--follow`` it stops once it has caught up with what
 was committed; with it, it polls until Ctrl-C or SIGTERM and then exits 0. A second signal
 interrupts at once (exit 130 or 143, the cursor still printed for what was written). A
-closed pipe ends it quietly.
+closed pipe ends it quietly. ``--table T --format parquet|arrow -o FILE`` writes one table's
+rows as a file instead (``events_file``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO
 
+from capsem_core.cli import events_file
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
@@ -64,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep printing events as they are committed, until Ctrl-C or SIGTERM (exit 0)")
     parser.add_argument("--jsonl", action="store_true",
                         help="one JSON object per event and line, with every column's exact value")
+    events_file.add_arguments(parser)
 
 
 class _Stop:
@@ -85,6 +88,10 @@ class _Stop:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format is not None:
+        return events_file.run(args)
+    if args.output is not None:
+        raise UsageError("-o names the file of --format parquet|arrow")
     if args.limit == 0:
         raise UsageError("--limit must be at least 1")
     try:

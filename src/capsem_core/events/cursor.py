@@ -28,7 +28,7 @@ import binascii
 import hashlib
 import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from capsem_core.errors import CursorError
@@ -74,6 +74,32 @@ def anchor_of(event_id: object, when: object) -> bytes:
     return h.digest()
 
 
+def leb128(value: int) -> bytes:
+    """A non-negative integer as unsigned LEB128 (seven bits a byte, the low ones first)."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def read_leb128(payload: bytes, i: int, most: int, refuse: Callable[[], CursorError]) -> tuple[int, int]:
+    """The unsigned LEB128 integer at ``payload[i:]`` (at most ``most`` bytes) and where it
+    ends; ``refuse()`` is raised for one cut short or longer."""
+    value = shift = 0
+    for k in range(most + 1):
+        if k == most or i >= len(payload):
+            raise refuse()
+        byte = payload[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+    raise refuse()
+
+
 def _check(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=_CHECK_BYTES, key=_CHECK_KEY).digest()
 
@@ -89,12 +115,7 @@ def encode(marks: Mapping[str, Mark]) -> str:
             raise ValueError(f"position {mark.position} of {name} is not a rowid")
         anchored = mark.anchor is not None
         out.append(TABLE_NUMBER[name] | (_ANCHORED if anchored else 0))
-        position = mark.position
-        while True:
-            byte, position = position & 0x7F, position >> 7
-            out.append(byte | (0x80 if position else 0))
-            if not position:
-                break
+        out += leb128(mark.position)
         if mark.anchor is not None:
             if len(mark.anchor) != ANCHOR_BYTES:
                 raise ValueError("an anchor is 8 bytes")
@@ -107,6 +128,25 @@ def _refuse(why: str, where: Where) -> CursorError:
     return CursorError(f"not a usable events cursor: {why}", where)
 
 
+def checked_payload(body: str, key: bytes, minimum: int, refuse: Callable[[str], CursorError]) -> bytes:
+    """The payload of a cursor's text (after its prefix): URL-safe base64 exactly as written,
+    at least ``minimum`` bytes before a 16-byte check (keyed BLAKE2b with ``key``) that
+    matches. ``refuse(why)`` is raised otherwise (scan cursors share this form)."""
+    try:
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        raise refuse("its text is not URL-safe base64") from None
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != body:
+        # Spare bits of the last character set: the same bytes, but not the text we wrote.
+        raise refuse("its text is not the one capsem-core wrote (edited)")
+    if len(raw) < minimum + _CHECK_BYTES:
+        raise refuse("it is cut short")
+    payload, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
+    if not hmac.compare_digest(check, hashlib.blake2b(payload, digest_size=_CHECK_BYTES, key=key).digest()):
+        raise refuse("it fails its integrity check (edited or damaged)")
+    return payload
+
+
 def decode(text: str, where: Where = None) -> dict[str, Mark]:
     """The marks a cursor's text holds. Raises CursorError (naming ``where``, the ledger's
     session.db) for text that is not a cursor, is of another version, or was edited."""
@@ -117,19 +157,7 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
         why = (f"it is of cursor version {other[2:]!r}, which this capsem-core does not read" if other
                else "a cursor starts with 'ev1.' (or use 'start' or 'latest')")
         raise _refuse(why, where)
-    body = text[len(PREFIX):]
-    try:
-        raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        raise _refuse("its text is not URL-safe base64", where) from None
-    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != body:
-        # Spare bits of the last character set: the same bytes, but not the text we wrote.
-        raise _refuse("its text is not the one capsem-core wrote (edited)", where)
-    if len(raw) < 1 + _CHECK_BYTES:
-        raise _refuse("it is cut short", where)
-    payload, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
-    if not hmac.compare_digest(check, _check(payload)):
-        raise _refuse("it fails its integrity check (edited or damaged)", where)
+    payload = checked_payload(text[len(PREFIX):], _CHECK_KEY, 1, lambda why: _refuse(why, where))
     if payload[0] != VERSION:
         raise _refuse(f"it is of cursor version {payload[0]}, which this capsem-core does not read", where)
     marks: dict[str, Mark] = {}
@@ -141,16 +169,7 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
             raise _refuse("its tables are out of order or unknown", where)
         last_number = number
         i += 1
-        position = shift = 0
-        while True:
-            if i >= len(payload) or shift > 56:
-                raise _refuse("a position is cut short or too long", where)
-            byte = payload[i]
-            i += 1
-            position |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        position, i = read_leb128(payload, i, 9, lambda: _refuse("a position is cut short or too long", where))
         if not 0 < position <= _MAX_POSITION:
             raise _refuse("a position is not a rowid", where)
         anchor = None
@@ -163,5 +182,5 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
     return marks
 
 
-__all__ = ["ANCHOR_BYTES", "MAX_CURSOR_CHARS", "Mark", "PREFIX", "START", "VERSION", "anchor_of", "decode",
-           "encode"]
+__all__ = ["ANCHOR_BYTES", "MAX_CURSOR_CHARS", "Mark", "PREFIX", "START", "VERSION", "anchor_of",
+           "checked_payload", "decode", "encode", "leb128", "read_leb128"]

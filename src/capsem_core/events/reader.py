@@ -1,39 +1,50 @@
 """Pages of events with durable cursors, read in one snapshot of ``session.db``, and following.
 
-``EventReader`` owns one read-only connection (``capsem_core.db``) of its own, so its read
-transactions are its alone. A page is read inside one transaction: the latest position of
-every event table, the cursor's check against the rows it stands on, each chosen table's
-rows after its position in id order (merged across tables by time), and the names of their
-archived bodies. SQLite has one writer at a time and AUTOINCREMENT never hands out an id
-twice, so a row committed after a snapshot always has a higher id than every row of that
-table the snapshot shows: a per-table position is therefore enough for every committed row
-to be delivered exactly once, however the writer's commits fall between pages.
+``EventReader`` owns one read-only connection of its own (a ``_columns.Source``: the URI
+``db.py`` chooses), so its read transactions are its alone. A page is read inside one
+transaction: the latest position of every event table, the cursor's check against the rows it
+stands on, each chosen table's rows after its position in id order (merged across tables by
+time), and the names of their archived bodies. SQLite has one writer at a time and
+AUTOINCREMENT never hands out an id twice, so a row committed after a snapshot always has a
+higher id than every row of that table the snapshot shows: a per-table position is therefore
+enough for every committed row to be delivered exactly once, however the writer's commits
+fall between pages.
+
+The rows are read the columnar way, natively (``_columns.Source.rows``): from the mapped
+pages where the file is the transaction's snapshot (``columns.source.HeldFile``), else by
+stepping SQLite's statement in C; no tuple per row, each table's times turned into merge keys
+in one native pass (the writer's ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` parsed there, any other text
+by ``text_time_us``), the tables merged by their heads natively, and only the rows a page
+delivers made into dicts and ``Event`` values. A page costs about what a plain ``sqlite3``
+loop over the same rows costs (docs/performance.md, "Events").
 """
 
 from __future__ import annotations
 
-import heapq
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsem_core import db, schema
-from capsem_core.errors import CursorError, LedgerError
+import numpy as np
+
+from capsem_core import schema
+from capsem_core._native import _columns
+from capsem_core.columns import cursor as scan_cursor
+from capsem_core.columns.plan import TablePlan, plan_table
+from capsem_core.columns.source import HeldFile, open_source
+from capsem_core.errors import LedgerError
 from capsem_core.events import cursor as _cursor
 from capsem_core.events.cursor import Mark
+from capsem_core.events.tables import EVENT_TABLES, TABLE_NUMBER, EventTable, choose_tables, shown_time, text_time_us
 from capsem_core.writer.rows import Stamper
-from capsem_core.events.tables import (
-    EVENT_TABLES, TABLE_NUMBER, EventTable, choose_tables, ms_time_us, shown_time, text_time_us,
-)
 
 MIN_LIMIT = 1
 MAX_LIMIT = 1000
 # A page also ends once the values it delivers pass this many bytes (after its first event),
-# and no single row may be larger: a hostile ledger's huge rows cannot size the memory.
+# and no single value may be larger: a hostile ledger's huge rows cannot size the memory.
 PAGE_BYTES = 32 << 20
 ROW_BYTES = 32 << 20
 DEFAULT_POLL_S = 0.05
@@ -91,6 +102,9 @@ class EventPage:
         return _cursor.encode(marks)
 
 
+_EVENT_SLOTS = tuple(Event.__dict__[name] for name in ("table", "id", "event_id", "timestamp", "row", "bodies"))
+
+
 def clamp_limit(limit: int) -> int:
     """A page's size: ``limit`` clamped to 1..1000 (TypeError for a non-integer)."""
     if type(limit) is not int:
@@ -102,17 +116,30 @@ def _direction_key(direction: str) -> tuple[int, str]:
     return _DIRECTION_ORDER.get(direction, len(_DIRECTION_ORDER)), direction
 
 
-def _event(t: EventTable, row_id: int, row: dict[str, Value], bodies: Mapping[tuple[str, object], list[str]],
-           stamp: Stamper) -> Event:
-    event_id = row["event_id"]
-    found = bodies.get((t.name, event_id), ())
-    directions = tuple(found) if len(found) < 2 else tuple(sorted(found, key=_direction_key))
-    return Event(t.name, row_id, event_id if type(event_id) is str else str(event_id),
-                 shown_time(t, row[t.time_column], stamp), row, directions)
+# Rows read from each table at first: most pages take few rows of most tables; a table the
+# merge runs short of is read again with four times as many (up to the page's size).
+FIRST_READ = 64
 
 
-def _lenient_text(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
+@dataclass(slots=True)
+class _Taken:
+    """One table's rows of a page: the rows read after its position (``limit`` asked for),
+    their merge keys and sizes, and how many the merge took (a prefix: a table's rows are
+    delivered in id order)."""
+
+    table: EventTable
+    plan: TablePlan
+    after: int
+    limit: int
+    rows: _columns.Rows
+    ids: np.ndarray
+    keys: np.ndarray
+    sizes: np.ndarray
+    count: int = 0
+
+    @property
+    def more(self) -> bool:
+        return len(self.rows) == self.limit
 
 
 class EventReader:
@@ -124,23 +151,25 @@ class EventReader:
 
     def __init__(self, db_path: os.PathLike[str] | str):
         self.db_path = os.fspath(db_path)
-        # Autocommit, so BEGIN and COMMIT are this reader's own: one snapshot per page.
-        self._conn = db.connect_readonly(self.db_path, isolation_level=None)
-        self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, ROW_BYTES)
+        self._source, self._plan = open_source(self.db_path)
+        self._held = HeldFile(self.db_path)
         self._lock = threading.Lock()
         self._closed = False
-        self._data_version = -1
-        self._selects: dict[str, str] = {}
+        self._data_version: object = -1
+        self._shapes: dict[str, TablePlan] = {}
+        self._schema_version: object = None
+        self._utf8 = True
         self._stamp = Stamper()
         self._latest_sql = "SELECT " + ", ".join(
             f"(SELECT MAX(id) FROM {t.name}), (SELECT seq FROM sqlite_sequence WHERE name = '{t.name}')"
             for t in EVENT_TABLES)
 
     def close(self) -> None:
-        """Release the connection (idempotent)."""
+        """Release the connection and the map (idempotent)."""
         with self._lock:
             self._closed = True
-            self._conn.close()
+            self._source.close()
+            self._held.close()
 
     def _live(self) -> None:
         if self._closed:
@@ -158,149 +187,144 @@ class EventReader:
             after, self.db_path)
         with self._lock:
             self._live()
+            self._source.begin()
             try:
-                try:
-                    return self._in_snapshot(chosen, marks, size)
-                except sqlite3.OperationalError as exc:
-                    if "decode" not in str(exc) or self._conn.text_factory is not str:
-                        raise
-                # Text that is not UTF-8 (a hostile or damaged row) is kept byte for byte as
-                # surrogate escapes, from now on for this reader, instead of failing the page.
-                self._conn.text_factory = _lenient_text
-                return self._in_snapshot(chosen, marks, size)
-            except sqlite3.DataError as exc:
+                return self._read(chosen, marks, size)
+            except ValueError as exc:  # a value past ROW_BYTES (Source.rows' bound)
                 raise LedgerError(f"an event row holds a value larger than the {ROW_BYTES >> 20} MiB an events "
                                   f"page takes ({exc})", self.db_path) from None
-            except sqlite3.DatabaseError as exc:
-                raise LedgerError(f"cannot read events: {exc}", self.db_path) from None
+            finally:
+                self._source.end()
 
-    def _in_snapshot(self, chosen: tuple[EventTable, ...], marks: dict[str, Mark] | None, size: int) -> EventPage:
-        self._conn.execute("BEGIN")
-        try:
-            return self._read(chosen, marks, size)
-        finally:
-            self._conn.execute("COMMIT")
+    def _shape(self, t: EventTable) -> TablePlan:
+        """The table's plan (columns, record places, root), kept while the schema is the same."""
+        version = self._source.fetch("PRAGMA schema_version")[0][0]
+        if version != self._schema_version:
+            self._shapes.clear()
+            self._schema_version = version
+            self._utf8 = self._source.fetch("PRAGMA encoding")[0][0] == "UTF-8"
+        shape = self._shapes.get(t.name)
+        if shape is None:
+            shape = self._shapes[t.name] = plan_table(self._source, t.name, None, self._utf8)
+        return shape
 
     def _read(self, chosen: tuple[EventTable, ...], marks: dict[str, Mark] | None, size: int) -> EventPage:
-        conn = self._conn
         latest = self._latest_positions()
         if marks is None:  # "latest": every table stands at its last committed row
-            marks = {t.name: self._mark_at(t, latest[t.name]) for t in EVENT_TABLES if latest[t.name]}
+            marks = {t.name: Mark(latest[t.name], scan_cursor.anchor_at(self._source, t.name, latest[t.name]))
+                     for t in EVENT_TABLES if latest[t.name]}
             return EventPage([], _cursor.encode(marks), True)
-        self._check_marks(marks, latest)
-        streams = []
-        cursors = []
-        names: dict[str, tuple[str, ...]] = {}
+        scan_cursor.check_marks(self._source, marks, self.db_path, latest)
+        file = self._held.for_snapshot(self._source, self._plan)
+        self._source.use_map(file)
+        mapped = file is not None
+        taken: list[_Taken] = []
         for t in chosen:
             after_id = marks[t.name].position if t.name in marks else 0
             if after_id < latest[t.name]:
-                cur = conn.execute(self._select_sql(t), (after_id, size))
-                cursors.append(cur)
-                names[t.name] = tuple(d[0] for d in cur.description[:-1])
-                streams.append(self._stream(t, cur, names[t.name]))
-        taken: list[tuple[EventTable, int, tuple[Any, ...]]] = []
-        spent = 0
-        try:
-            for _key, _number, row_id, t, values, row_bytes in heapq.merge(*streams):
-                taken.append((t, row_id, values))
-                spent += row_bytes
-                if len(taken) == size or spent >= PAGE_BYTES:
-                    break
-        finally:
-            for cur in cursors:
-                cur.close()
-        return self._finish(chosen, marks, latest, taken, names)
+                x = self._read_table(t, after_id, min(size, FIRST_READ), mapped)
+                if len(x.rows):
+                    taken.append(x)
+        while True:
+            which, positions, short = _columns.merge_heads(
+                [x.keys for x in taken], [x.ids for x in taken], [x.sizes for x in taken],
+                [TABLE_NUMBER[x.table.name] for x in taken], size, PAGE_BYTES, [x.more for x in taken])
+            if short < 0:
+                break
+            x = taken[short]
+            taken[short] = self._read_table(x.table, x.after, min(size, 4 * x.limit), mapped)
+        for k, x in enumerate(taken):
+            x.count = int(np.count_nonzero(which == k))
+        return self._finish(chosen, marks, latest, taken, which.tolist(), positions.tolist())
 
-    def _select_sql(self, t: EventTable) -> str:
-        sql = self._selects.get(t.name)
-        if sql is None:
-            # The row's size is summed by SQLite, in C, as one extra column: the page's byte
-            # budget costs no Python loop over the values.
-            columns = [r[1] for r in self._conn.execute(f"PRAGMA table_info({t.name})")]
-            size = " + ".join(f'ifnull(length("{c}"), 0)' for c in columns)
-            sql = f"SELECT *, {size} FROM {t.name} WHERE id > ? ORDER BY id LIMIT ?"
-            self._selects[t.name] = sql
-        return sql
+    def _read_table(self, t: EventTable, after_id: int, limit: int, mapped: bool) -> _Taken:
+        shape = self._shape(t)
+        rows = self._rows(shape, after_id, limit, mapped)
+        return _Taken(t, shape, after_id, limit, rows, rows.rowid, self._time_keys(t, shape, rows), rows.sizes())
+
+    def _rows(self, shape: TablePlan, after_id: int, size: int, mapped: bool) -> _columns.Rows:
+        columns = shape.columns
+        rows = None
+        if mapped and shape.pages and shape.root is not None:
+            rows = self._source.rows(size, max_value=ROW_BYTES, records=[c.record for c in columns],
+                                     reals=[c.real for c in columns], root=shape.root, after=after_id)
+        if rows is None:  # no map, or pages not as SQLite writes them: SQLite's statement
+            rows = self._source.rows(size, max_value=ROW_BYTES, sql=shape.select_sql(True, limit=True),
+                                     params=(after_id, size), utf8_db=self._utf8, ncols=len(columns))
+        assert rows is not None
+        return rows
+
+    @staticmethod
+    def _time_keys(t: EventTable, shape: TablePlan, rows: _columns.Rows) -> np.ndarray:
+        """Each row's merge key: its time in microseconds; a row whose time cannot be read
+        keeps the key of the row before it in its table (0 before the first)."""
+        at = [c.name for c in shape.columns].index(t.time_column)
+        keys, read = rows.time_keys(at, t.time_is_ms)
+        if not t.time_is_ms:
+            for i in np.flatnonzero(~read).tolist():
+                us = text_time_us(rows.value_at(i, at))
+                if us is not None:
+                    keys[i] = min(max(us, -(1 << 63)), (1 << 63) - 1)
+                    read[i] = True
+        if not read.all():
+            index = np.where(read, np.arange(len(keys)), -1)
+            np.maximum.accumulate(index, out=index)
+            keys = np.where(index >= 0, keys[np.maximum(index, 0)], 0)
+        return keys
 
     def _latest_positions(self) -> dict[str, int]:
         # Both MAX(id) and sqlite_sequence: the larger is the last id handed out (a row deleted
         # at the end leaves only the sequence; a hostile file may lack the sequence row).
-        row = self._conn.execute(self._latest_sql).fetchone()
+        row = self._source.fetch(self._latest_sql)[0]
         out = {}
         for i, t in enumerate(EVENT_TABLES):
             values = [v for v in row[2 * i:2 * i + 2] if type(v) is int]
             out[t.name] = max(values, default=0)
         return out
 
-    def _mark_at(self, t: EventTable, position: int) -> Mark:
-        if position == 0:
-            return Mark(0)
-        found = self._conn.execute(f"SELECT event_id, {t.time_column} FROM {t.name} WHERE id = ?",
-                                   (position,)).fetchone()
-        return Mark(position, None if found is None else _cursor.anchor_of(*found))
-
-    def _check_marks(self, marks: Mapping[str, Mark], latest: Mapping[str, int]) -> None:
-        by_name = {t.name: t for t in EVENT_TABLES}
-        for name, mark in marks.items():
-            if mark.position > latest[name]:
-                raise CursorError(f"the cursor stands at row {mark.position} of {name}, but the ledger's last row "
-                                  f"there is {latest[name]}: it is a cursor of another ledger (or of a later copy "
-                                  "of this one)", self.db_path)
-            if self._mark_at(by_name[name], mark.position).anchor != mark.anchor:
-                raise CursorError(f"the cursor is of another ledger: row {mark.position} of {name} is not the row "
-                                  "it was taken at", self.db_path)
-
-    @staticmethod
-    def _stream(t: EventTable, cur: sqlite3.Cursor,
-                columns: tuple[str, ...]) -> Iterator[tuple[int, int, int, EventTable, tuple[Any, ...], int]]:
-        # Items sort by (time, table number, id): the values themselves are never compared.
-        id_at, time_at = columns.index("id"), columns.index(t.time_column)
-        to_us = ms_time_us if t.time_is_ms else text_time_us
-        number = TABLE_NUMBER[t.name]
-        key = 0
-        for values in cur:
-            # A row whose time cannot be read keeps the place of the row before it.
-            us = to_us(values[time_at])
-            if us is not None:
-                key = us
-            yield key, number, values[id_at], t, values[:-1], values[-1]
-
-    def _finish(self, chosen: tuple[EventTable, ...], marks: dict[str, Mark], latest: Mapping[str, int],
-                taken: list[tuple[EventTable, int, tuple[Any, ...]]],
-                names: Mapping[str, tuple[str, ...]]) -> EventPage:
-        conn = self._conn
-        last: dict[str, tuple[int, tuple[Any, ...]]] = {}
-        for t, row_id, values in taken:
-            last[t.name] = (row_id, values)
-        bodies: dict[tuple[str, object], list[str]] = {}
+    def _bodies(self, chosen: tuple[EventTable, ...], marks: Mapping[str, Mark],
+                last: Mapping[str, int]) -> dict[tuple[str, object], tuple[str, ...]]:
+        found: dict[tuple[str, object], list[str]] = {}
         for t in chosen:
             if t.has_bodies and t.name in last:
                 first = marks[t.name].position if t.name in marks else 0
-                for event_id, direction in conn.execute(
+                for event_id, direction in self._source.fetch(
                         "SELECT event_id, direction FROM event_body_blobs WHERE source_table = ? AND event_id IN "
-                        f"(SELECT event_id FROM {t.name} WHERE id > ? AND id <= ?)",
-                        (t.name, first, last[t.name][0])):
-                    bodies.setdefault((t.name, event_id), []).append(str(direction))
+                        f"(SELECT event_id FROM {t.name} WHERE id > ? AND id <= ?)", (t.name, first, last[t.name])):
+                    found.setdefault((t.name, event_id), []).append(str(direction))
+        return {k: tuple(v) if len(v) < 2 else tuple(sorted(v, key=_direction_key)) for k, v in found.items()}
+
+    def _finish(self, chosen: tuple[EventTable, ...], marks: dict[str, Mark], latest: Mapping[str, int],
+                taken: list[_Taken], which: list[int], positions: list[int]) -> EventPage:
+        last = {x.table.name: int(x.ids[x.count - 1]) for x in taken if x.count}
+        bodies = self._bodies(chosen, marks, last)
         new_marks = dict(marks)
         caught_up = True
+        by_name = {x.table.name: x for x in taken}
         for t in chosen:
             mark = marks.get(t.name, Mark(0))
-            if t.name in last:
-                row_id, values = last[t.name]
-                columns = names[t.name]
-                mark = Mark(row_id, _cursor.anchor_of(values[columns.index("event_id")],
-                                                      values[columns.index(t.time_column)]))
+            x = by_name.get(t.name)
+            if x is not None and x.count:
+                names = [c.name for c in x.plan.columns]
+                values = x.rows.values(x.count - 1)
+                mark = Mark(int(x.ids[x.count - 1]), _cursor.anchor_of(values[names.index("event_id")],
+                                                                        values[names.index(t.time_column)]))
             if mark.position < latest[t.name]:
                 # Nothing left up to the latest id (rows deleted at the end): stand there.
-                left = conn.execute(f"SELECT 1 FROM {t.name} WHERE id > ? AND id <= ? LIMIT 1",
-                                    (mark.position, latest[t.name])).fetchone()
-                if left is None:
-                    mark = self._mark_at(t, latest[t.name])
+                left = self._source.fetch(f"SELECT 1 FROM {t.name} WHERE id > ? AND id <= ? LIMIT 1",
+                                          (mark.position, latest[t.name]))
+                if not left:
+                    mark = Mark(latest[t.name], scan_cursor.anchor_at(self._source, t.name, latest[t.name]))
                 else:
                     caught_up = False
             new_marks[t.name] = mark
-        events = [_event(t, row_id, dict(zip(names[t.name], values)), bodies, self._stamp)
-                  for t, row_id, values in taken]
+        rows = [x.rows.dicts([c.name for c in x.plan.columns], range(x.count)) for x in taken]
+        # Built natively: the Event values of the page, no __init__ per event (the fields set
+        # through their slots, the millisecond times rendered as the writer stamps them).
+        events = _columns.build_events(
+            Event, _EVENT_SLOTS, [x.table.name for x in taken], [x.table.time_is_ms for x in taken],
+            [x.table.time_column for x in taken], rows, [x.ids[:x.count].tolist() for x in taken], which, positions,
+            bodies, lambda k, value: shown_time(taken[k].table, value, self._stamp))
         return EventPage(events, _cursor.encode(new_marks), caught_up, marks)
 
     # -- following -----------------------------------------------------------------------
@@ -310,10 +334,7 @@ class EventReader:
         a read of the connection's own state: cheap enough to poll many times a second)."""
         with self._lock:
             self._live()
-            try:
-                (version,) = self._conn.execute("PRAGMA data_version").fetchone()
-            except sqlite3.DatabaseError as exc:
-                raise LedgerError(f"cannot read events: {exc}", self.db_path) from None
+            version = self._source.fetch("PRAGMA data_version")[0][0]
             seen, self._data_version = self._data_version, version
             return bool(version != seen)
 

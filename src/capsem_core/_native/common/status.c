@@ -42,6 +42,10 @@ const capsem_status_info capsem_status_table[] = {
         "cannot open the body index: {detail}", 0),
     ROW(CAPSEM_R_INDEX_READ, "index", "LedgerError", "cannot read the body index: {detail}",
         "cannot read the body index: {detail}", 0),
+    ROW(CAPSEM_R_TABLE_OPEN, "table", "LedgerError", "cannot open session.db to read its rows: {detail}",
+        "cannot open session.db to read its rows: {detail}", 0),
+    ROW(CAPSEM_R_TABLE_READ, "table", "LedgerError", "cannot read the table's rows: {detail}",
+        "cannot read the table's rows: {detail}", 0),
 };
 
 const size_t capsem_status_count = sizeof capsem_status_table / sizeof capsem_status_table[0];

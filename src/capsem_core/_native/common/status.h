@@ -38,6 +38,8 @@ typedef enum {
 #define CAPSEM_R_IO 42                   /* opening or re-mapping the archive: errno */
 #define CAPSEM_R_INDEX_OPEN 50           /* the body index (session.db) could not be opened */
 #define CAPSEM_R_INDEX_READ 51           /* ... or read */
+#define CAPSEM_R_TABLE_OPEN 52           /* session.db could not be opened for a column scan */
+#define CAPSEM_R_TABLE_READ 53           /* ... or a table of it read */
 
 /* One row. Templates use Python str.format fields, any of: {at} (a file offset: a block's,
  * or a segment's where at_segment is set), {codec}, {detail}, {size}, {want}, {got} (body

@@ -25,6 +25,8 @@ cdef extern from "status.h" nogil:
     int CAPSEM_R_IO
     int CAPSEM_R_INDEX_OPEN
     int CAPSEM_R_INDEX_READ
+    int CAPSEM_R_TABLE_OPEN
+    int CAPSEM_R_TABLE_READ
 
     ctypedef struct capsem_status_info:
         int code

@@ -100,6 +100,46 @@ static __attribute__((noinline)) const uint8_t *chain_bytes(capsem_rec_file *f, 
     return dst;
 }
 
+/* The payload of the table-leaf cell at `pc` of `page` (its size and rowid varints, its local
+ * bytes and where its overflow chain starts): 0 when the cell does not fit the page as SQLite
+ * lays it out (fileformat2 §1.6's local-size rule). */
+static inline int capsem_cell_payload(const uint8_t *page, uint32_t pc, uint32_t usable, uint64_t *rowid,
+                                      payload *p) {
+    const uint8_t *end = page + usable, *q = page + pc;
+    uint64_t psize;
+    unsigned n = varint(q, end, &psize);
+    if (!n || psize > 0x7FFFFFFFu) return 0;
+    q += n;
+    n = varint(q, end, rowid);
+    if (!n) return 0;
+    q += n;
+    uint32_t max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
+    *p = (payload){q, (uint32_t)psize, (uint32_t)psize, 0, 0, 0};
+    if (psize > max_local) {
+        uint32_t surplus = min_local + (uint32_t)((psize - min_local) % (usable - 4));
+        p->nlocal = surplus <= max_local ? surplus : min_local;
+        if (q + p->nlocal + 4 > end) return 0;
+        p->next = get4(q + p->nlocal);
+        p->chain_at = p->nlocal;
+        p->left = (uint32_t)((psize - p->nlocal + usable - 5) / (usable - 4));
+    } else if (q + psize > end) {
+        return 0;
+    }
+    return 1;
+}
+
+static inline uint32_t serial_size(uint64_t t);
+
+/* The integer of serial type t (1-6, 8, 9) whose big-endian bytes are at b. */
+static inline int64_t capsem_serial_int(const uint8_t *b, uint64_t t) {
+    if (t == 8) return 0;
+    if (t == 9) return 1;
+    unsigned n = serial_size(t);
+    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
+    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
+    return (int64_t)v;
+}
+
 /* The content size of serial types 0-127, the one-byte ones. */
 static const uint8_t SMALL_SIZE[128] = {
     0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0,

@@ -253,15 +253,6 @@ static int text_value(scan *s, size_t i, payload *p, uint32_t off, uint32_t len)
     return queue_text(s, i, bytes, len, bytes != s->text);
 }
 
-static int64_t int_value(const uint8_t *b, uint64_t t) {
-    if (t == 8) return 0;
-    if (t == 9) return 1;
-    unsigned n = serial_size(t);
-    uint64_t v = (b[0] & 0x80) ? ~0ull : 0;
-    for (unsigned k = 0; k < n; k++) v = (v << 8) | b[k];
-    return (int64_t)v;
-}
-
 /* A NULL of column c in the row being read (a DIGEST's NULL is not a text: -1, zero bytes). */
 static void null_value(scan *s, capsem_rec_column *c) {
     int64_t *out = &c->values[s->rows];
@@ -278,26 +269,10 @@ static void null_value(scan *s, capsem_rec_column *c) {
 
 /* One leaf cell at `pc` of a table leaf page: its chosen columns appended as a row. */
 static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
-    const uint8_t *end = page + s->f.h.usable, *q = page + pc;
-    uint64_t psize, rowid;
-    unsigned n = varint(q, end, &psize);
-    if (!n || psize > 0x7FFFFFFFu) return CAPSEM_REC_UNREADABLE;
-    q += n;
-    n = varint(q, end, &rowid);
-    if (!n) return CAPSEM_REC_UNREADABLE;
-    q += n;
-    uint32_t usable = s->f.h.usable, max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
-    payload p = {q, (uint32_t)psize, (uint32_t)psize, 0, 0, 0};
-    if (psize > max_local) {
-        uint32_t surplus = min_local + (uint32_t)((psize - min_local) % (usable - 4));
-        p.nlocal = surplus <= max_local ? surplus : min_local;
-        if (q + p.nlocal + 4 > end) return CAPSEM_REC_UNREADABLE;
-        p.next = get4(q + p.nlocal);
-        p.chain_at = p.nlocal;
-        p.left = (uint32_t)((psize - p.nlocal + usable - 5) / (usable - 4));
-    } else if (q + psize > end) {
-        return CAPSEM_REC_UNREADABLE;
-    }
+    uint64_t rowid;
+    unsigned n;
+    payload p;
+    if (!capsem_cell_payload(page, pc, s->f.h.usable, &rowid, &p)) return CAPSEM_REC_UNREADABLE;
     if (s->rows == s->cap && grow_rows(s) != CAPSEM_REC_OK) return CAPSEM_REC_NO_MEMORY;
 
     /* The record header: its size, then one serial type per column. */
@@ -374,7 +349,7 @@ static int read_row(scan *s, const uint8_t *page, uint32_t pc) {
             uint8_t raw[8] = {0};
             const uint8_t *b = size ? capsem_payload_bytes(&s->f, &p, (uint32_t)body, size, raw) : raw;
             if (!b) return CAPSEM_REC_UNREADABLE;
-            *out = int_value(b, t);
+            *out = capsem_serial_int(b, t);
             if (*out == CAPSEM_REC_NULL) c->odd++;
         } else {
             *out = CAPSEM_REC_NULL;

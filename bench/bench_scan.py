@@ -1,0 +1,227 @@
+"""Columns: a table's rows as Arrow, against what an analyst would use instead, same run.
+
+* ``scan-<table>``: ``pa.table(ledger.scan(table))`` (default threads, one thread, and the
+  statement path forced) against adbc-driver-sqlite's ``fetch_arrow_table`` of ``SELECT *``
+  (the baseline), on ``model_items`` and ``security_decision_events`` of the million-body
+  small sample. Targets: at least 2x with the default threads, 1.2x on one thread.
+* ``scan-vs-old-events-<table>``: the same scan against ``Ledger.events`` as it was before the
+  columnar reader (``bench/baseline_events.py``: a sqlite3 tuple, a dict and an ``Event`` per
+  row) paging through that table. Target: at least 20x.
+* ``events-vs-naive``: ``Ledger.events`` paging PAGE_EVENTS events of every event table against
+  the naive loop that does the same work with the sqlite3 module: per table ``SELECT * ...
+  WHERE id > ? LIMIT``, a dict per row, times parsed by ``text_time_us``, ``heapq.merge`` by
+  time and the body names of the rows delivered. Target: at least 0.8x.
+* ``bodies-arrow``: ``pa.table(batch)`` of a 400 MB BodyBatch of the large sample against one
+  copy of its buffer (``numpy.copy``, the least a copying export would cost). Target: under 5 ms.
+
+A benchmark reports; it asserts only that both sides read the same rows.
+
+    python -m pytest bench/bench_scan.py -q -s
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from capsem_core import db
+from capsem_core.events import EVENT_TABLES
+from capsem_core.events.tables import ms_time_us, text_time_us
+from capsem_core.ledger import Ledger
+
+sys.path.insert(0, str(Path(__file__).parent))
+from baseline_events import EventReader  # noqa: E402
+from bench_events import PAGE_EVENTS, pages_ours  # noqa: E402  (Ledger.events paging every event table)
+
+TABLES = ("model_items", "security_decision_events")
+BATCH_BYTES = 400 << 20
+
+
+@pytest.fixture(scope="module")
+def ledger(small: Path) -> Any:
+    with Ledger(small.parent) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def adbc(small: Path) -> Any:
+    dbapi = pytest.importorskip("adbc_driver_sqlite.dbapi")
+    conn = dbapi.connect(f"file:{small}?mode=ro")
+    yield conn
+    conn.close()
+
+
+def _adbc_rows(conn: Any, table: str) -> int:
+    cur = conn.cursor()
+    try:
+        cur.execute(f"SELECT * FROM {table}")
+        return int(cur.fetch_arrow_table().num_rows)
+    finally:
+        cur.close()
+
+
+def _scan_rows(ledger: Ledger, table: str, threads: int = 0) -> int:
+    return int(pa.table(ledger.scan(table, threads=threads)).num_rows)
+
+
+def _rows_path(small: Path, table: str) -> int:
+    from capsem_core.columns.scan import open_scan
+
+    return int(pa.table(open_scan(small, table, path="rows")).num_rows)
+
+
+def _count(small: Path, table: str) -> int:
+    conn = db.connect_readonly(small)
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_scan_adbc_fetch_arrow_table(benchmark, adbc, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-{table}"
+    benchmark.extra_info["baseline"] = True
+    assert benchmark.pedantic(_adbc_rows, args=(adbc, table), rounds=5, iterations=1, warmup_rounds=1) == \
+        _count(small, table)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_scan_default_threads(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-{table}"
+    n = benchmark.pedantic(_scan_rows, args=(ledger, table), rounds=5, iterations=1, warmup_rounds=1)
+    assert n == _count(small, table)
+    benchmark.extra_info["rows_per_s"] = round(n / benchmark.stats.stats.min)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_scan_one_thread(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-{table}"
+    assert benchmark.pedantic(_scan_rows, args=(ledger, table, 1), rounds=5, iterations=1,
+                              warmup_rounds=1) == _count(small, table)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_scan_statements_forced(benchmark, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-{table}"
+    assert benchmark.pedantic(_rows_path, args=(small, table), rounds=3, iterations=1) == _count(small, table)
+
+
+# --- against Ledger.events as it was --------------------------------------------------------------
+
+def _old_events(small: Path, table: str) -> int:
+    reader = EventReader(small)
+    try:
+        delivered, after = 0, "start"
+        while True:
+            page = reader.page([table], after, 1000)
+            delivered += len(page.events)
+            after = page.cursor
+            if page.caught_up:
+                return delivered
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_old_events_paging_one_table(benchmark, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-vs-old-events-{table}"
+    benchmark.extra_info["baseline"] = True
+    assert benchmark.pedantic(_old_events, args=(small, table), rounds=1, iterations=1) == _count(small, table)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_scan_against_old_events(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = f"scan-vs-old-events-{table}"
+    assert benchmark.pedantic(_scan_rows, args=(ledger, table), rounds=3, iterations=1) == _count(small, table)
+
+
+# --- Ledger.events against the naive loop doing the same work -------------------------------------
+
+def _naive_stream(conn: Any, number: int, name: str, time_column: str, time_is_ms: bool,
+                  after: int) -> Iterator[tuple[int, int, int, str, dict[str, Any]]]:
+    cur = conn.execute(f"SELECT * FROM {name} WHERE id > ? ORDER BY id LIMIT 1000", (after,))
+    names = [d[0] for d in cur.description]
+    to_us = ms_time_us if time_is_ms else text_time_us
+    for values in cur:  # stepped only as far as the merge takes rows
+        row = dict(zip(names, values))
+        yield to_us(row[time_column]) or 0, number, row["id"], name, row
+
+
+def naive_events(directory: Path) -> int:
+    """PAGE_EVENTS events, pages of 1000, the way one would write it with the sqlite3 module:
+    per table a cursor over the rows after its position (dicts, times parsed), merged lazily by
+    time with heapq, and each page's body names."""
+    conn = db.connect_readonly(directory / "session.db", isolation_level=None)
+    last = {t.name: 0 for t in EVENT_TABLES}
+    delivered = 0
+    try:
+        while delivered < PAGE_EVENTS:
+            conn.execute("BEGIN")
+            streams = [_naive_stream(conn, number, t.name, t.time_column, t.time_is_ms, last[t.name])
+                       for number, t in enumerate(EVENT_TABLES)]
+            page = list(itertools.islice(heapq.merge(*streams), 1000))
+            first = dict(last)
+            for _key, _n, row_id, name, _row in page:
+                last[name] = row_id
+            for t in EVENT_TABLES:
+                if t.has_bodies and last[t.name] > first[t.name]:
+                    conn.execute("SELECT event_id, direction FROM event_body_blobs WHERE source_table = ? AND "
+                                 f"event_id IN (SELECT event_id FROM {t.name} WHERE id > ? AND id <= ?)",
+                                 (t.name, first[t.name], last[t.name])).fetchall()
+            conn.execute("COMMIT")
+            if not page:
+                break
+            delivered += len(page)
+    finally:
+        conn.close()
+    return delivered
+
+
+def test_events_naive_loop(benchmark, small: Path) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = "events-vs-naive"
+    benchmark.extra_info["baseline"] = True
+    assert benchmark.pedantic(naive_events, args=(small.parent,), rounds=3, iterations=1) >= PAGE_EVENTS
+
+
+def test_events_ledger(benchmark, small: Path) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = "events-vs-naive"
+    assert benchmark.pedantic(pages_ours, args=(small.parent,), rounds=3, iterations=1) >= PAGE_EVENTS
+    benchmark.extra_info["events_per_s"] = round(PAGE_EVENTS / benchmark.stats.stats.min)
+
+
+# --- a BodyBatch as Arrow --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_batch(large: Path) -> Any:
+    with Ledger(large.parent) as opened:
+        idx = opened.index()
+        sizes = np.cumsum(idx.body_len)
+        wanted = np.flatnonzero(sizes <= BATCH_BYTES)
+        batch = opened.read_bodies(wanted, index=idx)
+    assert batch.nbytes > BATCH_BYTES * 0.95
+    return batch
+
+
+def test_bodies_copy_of_the_buffer(benchmark, big_batch: Any) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = "bodies-arrow"
+    benchmark.extra_info["baseline"] = True
+    benchmark.pedantic(np.copy, args=(big_batch.buffer,), rounds=5, iterations=1)
+
+
+def test_bodies_batch_to_arrow_table(benchmark, big_batch: Any) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = "bodies-arrow"
+    table = benchmark.pedantic(pa.table, args=(big_batch,), rounds=20, iterations=1, warmup_rounds=2)
+    assert table.num_rows == len(big_batch)
+    benchmark.extra_info["batch_bytes"] = big_batch.nbytes
+    benchmark.extra_info["ms"] = round(benchmark.stats.stats.min * 1000, 3)
+    print(f"\n{len(big_batch)} bodies, {big_batch.nbytes >> 20} MiB: pa.table(batch) in "
+          f"{benchmark.stats.stats.min * 1000:.3f} ms (best of 20)")

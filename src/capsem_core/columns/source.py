@@ -1,0 +1,73 @@
+"""Opening a column reader's snapshot of session.db, and the map of the file it may read.
+
+``open_source`` is a ``_columns.Source`` on the read-only URI ``db.py`` chooses (refusing a
+``-wal`` whose commits cannot be read, as every reader does), with the one busy timeout.
+``HeldFile`` is session.db mapped once for a reader that reads it again and again (a
+Ledger's scans, an EventReader's pages), so the pages of one read are still in the process's
+page tables at the next: ``for_snapshot`` gives the map only where it is the snapshot of the
+source's open read transaction (``pages.tables.map_snapshot``'s rule:
+``db.main_file_is_snapshot`` once the transaction has read, and the mapped header equal to
+the one the transaction reads: page size and count, freelist, schema cookie), mapping the
+file anew when it has changed
+(a checkpoint grew it) and answering None where the pages must not stand in for SQL.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from capsem_core import db
+from capsem_core.bodies.scan import page_scans
+from capsem_core._native import _columns
+
+
+def open_source(db_path: os.PathLike[str] | str) -> tuple[_columns.Source, db.ReadPlan]:
+    """A Source on session.db (no transaction yet) and the plan it was opened with."""
+    plan = db.complete_plan(db_path)
+    return _columns.Source(plan.uri, db.busy_timeout_ms(), os.fspath(db_path)), plan
+
+
+def same_file(header: dict[str, int] | None, source: _columns.Source) -> bool:
+    """Whether a mapped header is the one ``source``'s transaction reads."""
+    if header is None:
+        return False
+    want = [source.fetch(f"PRAGMA {p}")[0][0]
+            for p in ("page_size", "page_count", "freelist_count", "schema_version")]
+    return want == [header["page_size"], header["page_count"], header["freelist_count"], header["schema_cookie"]]
+
+
+class HeldFile:
+    """session.db mapped once for a reader that reads it again and again (see the module).
+    Thread-safe; ``close`` drops the map (sources and streams reading it keep theirs)."""
+
+    def __init__(self, db_path: os.PathLike[str] | str) -> None:
+        self.db_path = os.fspath(db_path)
+        self._file: _columns.FileMap | None = None
+        self._lock = threading.Lock()
+
+    def for_snapshot(self, source: _columns.Source, plan: db.ReadPlan) -> _columns.FileMap | None:
+        """The map, when it is the snapshot of ``source``'s read transaction (which has read
+        already); else None. ``CAPSEM_CORE_PAGE_SCANS=0`` answers None always."""
+        if not page_scans() or not source.in_transaction or not db.main_file_is_snapshot(self.db_path, plan):
+            return None
+        with self._lock:
+            if self._file is not None and same_file(self._file.header(), source):
+                return self._file
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            try:
+                self._file = _columns.FileMap(self.db_path)
+            except OSError:
+                return None  # SQL then says what is wrong with the file
+            return self._file if same_file(self._file.header(), source) else None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+__all__ = ["HeldFile", "open_source", "same_file"]
