@@ -1,4 +1,5 @@
-"""Exports of a ledger that need none of our code to read: a session as one WARC 1.1 file.
+"""Exports of a ledger that need none of our code to read: every body to a file of its own
+with a manifest (``files.py``), or the session as one WARC 1.1 file.
 
 ``warc.py`` walks the bodies and writes the file, ``warc_fields.py`` says what each record
 holds (Capsem's own export's format), ``warc_sources.py`` finds each body's source row in
