@@ -256,7 +256,8 @@ class Ledger:
         "skip" leaves damaged bodies out; "report" keeps them in place, empty, with
         ``batch.ok[i]`` False; both list them in ``batch.findings``. ``max_bytes``: ValueError
         when the selection holds more body bytes (read it with ``body_batches``). Memory: the
-        index, the buffer (the selection's bytes) and one block per thread. Raises ValueError
+        index, one buffer the size of all the chosen bodies (fresh at each call), and one
+        block per thread. Raises ValueError
         for a table name that is not a body table, KeyError for a key the index does not hold, IndexError for a position outside it, LedgerError
         when the index cannot be read or the ledger is closed."""
         _bulk.check_errors(errors)
@@ -276,13 +277,20 @@ class Ledger:
 
         The index is scanned and the selection resolved once, first; batches are cut at block
         boundaries where they can be (a block is then inflated once), and a body larger than
-        max_bytes is a batch of its own (a body is at most 16 MiB). Peak memory: the index,
-        one batch the caller still holds, and one block per thread. With errors="raise" the
-        batch holding the first damaged body raises (the batches before it were yielded)."""
+        max_bytes is a batch of its own (a body is at most 16 MiB). A batch's buffer comes back
+        to a pool of two once nothing holds it (the batch, a view of one of its bodies, an
+        Arrow array of its bytes): a stream whose consumer drops each batch writes into the
+        same pages batch after batch. Peak memory: the index, the batches the caller still
+        holds (two when each is dropped before the next), and one block per thread. With
+        errors="raise" the batch holding the first damaged body raises (the batches before it
+        were yielded)."""
         _bulk.check_errors(errors)
         idx, positions = self._plan(selection, index, threads)
-        scratch = _bulk.Scratch()
-        for start, end in _bulk.plan_batches(idx, positions, max_bytes):
+        runs = _bulk.plan_batches(idx, positions, max_bytes)
+        # The pool's regions are sized for this stream's largest batch, not for max_bytes.
+        largest = max((int(_bulk.slot_lengths(idx, positions[a:b]).sum()) for a, b in runs), default=0)
+        scratch = _bulk.Scratch(batch_bytes=largest)
+        for start, end in runs:
             yield self._read_run(idx, positions[start:end], errors, threads, scratch)
 
     def bodies_of(self, event_id: str) -> list[tuple[str, str, str | None, int]]:
