@@ -41,7 +41,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
-import urllib.parse
 from typing import Literal
 from dataclasses import dataclass
 
@@ -96,9 +95,13 @@ IsolationLevel = Literal["DEFERRED", "EXCLUSIVE", "IMMEDIATE"] | None
 PathArg = os.PathLike[str] | str
 
 
+# What SQLite's URI filename parsing reads as syntax in a path: "%" (an escape), "?" (the
+# query) and "#" (the fragment). Every other character of a path is taken as it is.
+_URI_ESCAPES = str.maketrans({"%": "%25", "?": "%3F", "#": "%23"})
+
+
 def _uri(path: str, params: str) -> str:
-    # quote() escapes "?", "#" and "%" (which a URI would otherwise parse) and keeps "/".
-    return "file:" + urllib.parse.quote(os.fsdecode(os.path.abspath(path))) + "?" + params
+    return "file:" + os.fsdecode(os.path.abspath(path)).translate(_URI_ESCAPES) + "?" + params
 
 
 def directory_writable(directory: PathArg) -> bool:

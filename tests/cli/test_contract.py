@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from capsem_core.cli import app
 from capsem_core.sample import write_sample_home
 
-PARSER = app.build_parser()
+PARSER = app.build_parser(every=True)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

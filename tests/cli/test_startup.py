@@ -1,6 +1,8 @@
-"""capsem-ledger's start-up: a Ctrl-C or SIGTERM that arrives while the commands are still
-being imported ends in one line and the usual exit status, never a traceback; and the process
-starts no BLAS thread per core for the numpy it never multiplies matrices with."""
+"""capsem-ledger's start-up: a command imports what it uses when it is the one asked for
+(``--version``, ``--help`` and ``list`` load neither numpy nor the check package); a Ctrl-C
+or SIGTERM that arrives while the command is still being imported ends in one line and the
+usual exit status, never a traceback; and the process starts no BLAS thread per core for the
+numpy it never multiplies matrices with."""
 
 from __future__ import annotations
 
@@ -12,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-# Imports the entry point, then sends the signal from inside the import of the commands
-# (the first import of capsem_core.check), exactly where a user's early Ctrl-C lands.
+# Imports the entry point, then sends the signal from inside an import: of the command's module
+# (before it runs: "capsem-ledger: ...") or of what the command loads once it runs (the check
+# package: "capsem-ledger check: ..."), exactly where a user's early Ctrl-C lands.
 _EARLY_SIGNAL = """
 import os, signal, sys
 import capsem_core.cli as cli
 
 class Tripwire:
     def find_spec(self, name, path=None, target=None):
-        if name == "capsem_core.check":
+        if name == sys.argv[2]:
             sys.meta_path.remove(self)
             os.kill(os.getpid(), int(sys.argv[1]))
         return None
@@ -30,14 +33,16 @@ sys.exit(cli.main(["check", "--db", "no-such-ledger/session.db"]))
 """
 
 
+@pytest.mark.parametrize(("module", "who"), [("capsem_core.cli.check", "capsem-ledger"),
+                                             ("capsem_core.check", "capsem-ledger check")])
 @pytest.mark.parametrize(("signum", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
                                                       (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_while_the_commands_load_is_one_line_and_the_usual_status(signum: int, code: int,
-                                                                            word: str) -> None:
-    done = subprocess.run([sys.executable, "-c", _EARLY_SIGNAL, str(int(signum))], capture_output=True,
+def test_a_signal_while_a_command_loads_is_one_line_and_the_usual_status(signum: int, code: int, word: str,
+                                                                         module: str, who: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _EARLY_SIGNAL, str(int(signum)), module], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == code, done.stderr
-    assert done.stderr == f"capsem-ledger: {word}\n"
+    assert done.stderr == f"{who}: {word}\n"
 
 
 # The commands are loaded; the signal comes while argparse builds the parser (the first
@@ -45,7 +50,7 @@ def test_a_signal_while_the_commands_load_is_one_line_and_the_usual_status(signu
 _SIGINT_IN_PARSER = """
 import argparse, os, signal, sys
 from capsem_core.cli import app
-app._commands()
+app.command_module("check")
 real = argparse.ArgumentParser.add_argument
 
 def tripwire(self, *args, **kwargs):
@@ -86,3 +91,30 @@ def test_the_command_line_starts_no_blas_thread_per_core_unless_asked(asked: str
     assert code == "0" and value == (asked or "1")
     if asked is None:
         assert int(threads) == 1   # the interpreter's own thread; no BLAS pool
+
+
+_LOADED = """
+import sys
+import capsem_core.cli as cli
+try:
+    code = cli.main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+heavy = ("numpy", "capsem_core.check", "capsem_core.ledger", "capsem_core.snapshot", "rich", "capsem_core.columns")
+print(code, ",".join(m for m in heavy if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list"], ["check", "--help"], ["list", "--json"]])
+def test_version_help_and_list_load_neither_numpy_nor_the_check_package(argv: list[str], tmp_path: Path) -> None:
+    env = dict(os.environ, CAPSEM_HOME=str(tmp_path))   # list: no main.db there, one line, exit 1
+    done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=60, env=env)
+    code, loaded = (done.stdout.splitlines()[-1].split(" ") + [""])[:2]
+    assert code in ("0", "1") and loaded == "", (argv, done.stdout[-300:], done.stderr[-300:])
+
+
+def test_importing_the_command_line_loads_no_command() -> None:
+    probe = ("import sys, capsem_core.cli\n"
+             "print(sorted(m for m in sys.modules if m.startswith('capsem_core.') or m == 'numpy'))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "['capsem_core.cli']", done.stdout

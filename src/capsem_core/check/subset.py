@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import re
-import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +48,11 @@ class Subset:
             percent = float(m.group(1))
             if not 0 < percent <= 100:
                 raise ValueError(f"subset {text!r}: the percentage must be above 0 and at most 100")
-            return cls(percent=percent, seed=seed if seed is not None else secrets.randbits(63))
+            if seed is None:
+                import secrets   # a drawn seed only: its import is a few ms of every check's start
+
+                seed = secrets.randbits(63)
+            return cls(percent=percent, seed=seed)
         raise ValueError(f"subset {text!r} is neither n/t (a slice, e.g. 1/4) nor x% (a random part, e.g. 10%)")
 
     @property

@@ -1,9 +1,9 @@
 """The ``capsem-ledger`` command line: ``app`` wires one module per command, ``terminal``
 owns how text reaches a terminal, ``errors`` how a command gives up.
 
-``main`` is the entry point: it imports the commands itself, so that a Ctrl-C or SIGTERM
-arriving while they load (a few hundred milliseconds) ends in the same one line and exit
-status as one arriving later, never a traceback.
+``main`` is the entry point: it imports the command asked for itself (only that one), so that
+a Ctrl-C or SIGTERM arriving while it loads ends in the same one line and exit status as one
+arriving later, never a traceback.
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # spin them) in every capsem-ledger process, about 0.1 s of CPU each. A value the user set
     # is kept; a process that imported numpy already has its threads.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # (Not list(argv): once the list command is loaded, this package's name "list" is it.)
+    words = sys.argv[1:] if argv is None else [*argv]
     try:
         from capsem_core.cli import app
 
-        app._commands()  # imports every command module, inside this guard
+        app.command_module(app.chosen_command(words))  # imported inside this guard
     except KeyboardInterrupt:
         print("capsem-ledger: interrupted", file=sys.stderr)
         return 130
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if on_main:
             signal.signal(signal.SIGTERM, previous)
-    return app.main(argv)
+    return app.main(words)
 
 
 __all__ = ["main"]

@@ -1,7 +1,7 @@
-"""``capsem-ledger``: the subcommands, wired with explicit imports.
+"""``capsem-ledger``: the subcommands, wired, each imported only when it is the one asked for.
 
 Each command is a module of this package exposing ``add_arguments(parser)`` and
-``run(args) -> int``; this module only wires them up and turns every failure into one line on stderr, never a
+``run(args) -> int`` (``COMMANDS``); this module only wires them up and turns every failure into one line on stderr, never a
 traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
 contradict each other) is argparse's usage line and exit 2, Ctrl-C 130 and SIGTERM 143.
 Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
@@ -12,57 +12,62 @@ A command run with ``--json`` also gets its error as JSON on stdout (``{"error":
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Sequence
-from typing import NoReturn, TextIO
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import sanitize
 
-Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+# Every command: its name, its one-line help, and the module of this package that holds its
+# ``add_arguments(parser)`` and ``run(args) -> int``. Only the command asked for is imported
+# (``capsem-ledger --version`` and ``--help`` import none), so each pays for what it uses.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("body", "one verified body's exact bytes", "body"),
+    ("check", "integrity report of one session's ledger", "check"),
+    ("events", "a session's events in order, resumable from a cursor, or followed live", "events"),
+    ("export", "every body of a ledger to files with a manifest, or to one WARC file", "export"),
+    ("list", "recent sessions from main.db", "list"),
+    ("rollup", "recompute a session's totals in main.db from its ledger", "rollup"),
+    ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", "sample"),
+)
 
 
-def _commands() -> tuple[Command, ...]:
-    """(subcommand, one-line help, add-arguments, run) of every command."""
-    from capsem_core.cli import body, check, export, sample
-    from capsem_core.cli import events as events_command
-    from capsem_core.cli import list as list_command
-    from capsem_core.cli import rollup as rollup_command
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option), or None."""
+    names = {name for name, _h, _m in COMMANDS}
+    for word in argv:
+        if word == "--" or not word.startswith("-"):
+            return word if word in names else None
+    return None
 
-    return (
-        ("body", "one verified body's exact bytes", body.add_arguments, body.run),
-        ("check", "integrity report of one session's ledger", check.add_arguments, check.run),
-        ("events", "a session's events in order, resumable from a cursor, or followed live",
-         events_command.add_arguments, events_command.run),
-        ("export", "every body of a ledger to files, with a manifest", export.add_arguments, export.run),
-        ("list", "recent sessions from main.db", list_command.add_arguments, list_command.run),
-        ("rollup", "recompute a session's totals in main.db from its ledger", rollup_command.add_arguments,
-         rollup_command.run),
-        ("sample", "write a realistic sample ledger or a whole CAPSEM_HOME", sample.add_arguments, sample.run),
-    )
+
+def command_module(name: str | None) -> ModuleType | None:
+    """The module of command ``name``, imported now (None for no command)."""
+    for command, _help, module in COMMANDS:
+        if command == name:
+            return importlib.import_module(f"capsem_core.cli.{module}")
+    return None
 
 
 def package_version() -> str:
-    """The installed distribution's version; ``capsem_core.__version__`` (the one source
-    the build reads it from) when the package runs from a tree that was never installed."""
-    from importlib import metadata
+    """The package's version: ``capsem_core.__version__``, the one source the build reads it
+    from (so it is the installed distribution's too, without importlib.metadata's start-up)."""
+    from capsem_core import __version__
 
-    try:
-        return metadata.version("capsem-core")
-    except metadata.PackageNotFoundError:
-        from capsem_core import __version__
-
-        return __version__
+    return __version__
 
 
 class _VersionAction(argparse.Action):
-    """--version, reading the distribution's metadata only when asked (importlib.metadata
-    costs every other command tens of milliseconds of start-up)."""
+    """--version: the version on stdout, and exit."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
                  default: str = argparse.SUPPRESS, help: str | None = None) -> None:
@@ -74,9 +79,6 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-# Commands that write: SIGTERM raises Terminated in them, so the writers' exit paths run (and
-# leave a sound ledger) exactly as for Ctrl-C, instead of the process dying mid-record.
-WRITING_COMMANDS = frozenset(("sample", "rollup", "export"))
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -108,32 +110,42 @@ def _json_in(argv: Sequence[str]) -> bool:
     return "--json" in (words[:words.index("--")] if "--" in words else words)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+    """The parser of every command; only ``chosen``'s arguments are added (its module is
+    imported), the others are names with their help (enough for ``--help``). ``every``: all
+    commands' arguments (every module imported: what a walk of the whole command line reads)."""
     parser = _Parser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
     parser.add_argument("--version", action=_VersionAction, help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, help_text, add_arguments, run in _commands():
+    for name, help_text, _module in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments(p)
-        p.set_defaults(_run=run, _parser=p)
+        module = command_module(name) if every or name == chosen else None
+        if module is not None:
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run, _parser=p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None
+    previous: Any = None
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
         warnings.showwarning = _show_warning
         words = sys.argv[1:] if argv is None else list(argv)
         _Parser.json_wanted = _json_in(words)
-        args, extra = build_parser().parse_known_args(words)
+        args, extra = build_parser(chosen_command(words)).parse_known_args(words)
         if extra:
             # Said by the command's own parser, so the line names the command.
             args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command in WRITING_COMMANDS:
-            signal.signal(signal.SIGTERM, _raise_terminated)
+        # SIGTERM raises Terminated in every command, as Ctrl-C raises KeyboardInterrupt: the
+        # writers' exit paths run (and leave a sound ledger) instead of the process dying
+        # mid-record, and a reader ends in the same one line (and 143), whatever it was doing.
+        # (Handlers belong to the main thread; a caller on another thread keeps its own.)
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _raise_terminated)
         return int(args._run(args))
     except UsageError as exc:
         if args is None:
@@ -154,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated:
         print(f"{_who(args)}: terminated", file=sys.stderr)
         return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _fail(args: argparse.Namespace | None, message: str, path: object = None) -> int:

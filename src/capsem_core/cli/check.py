@@ -13,22 +13,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from capsem_core import sessions
-from capsem_core.check import check_ledger, report_to_json
-from capsem_core.check.incremental import VerifyOptions, parse_duration
-from capsem_core.snapshot import refuse_symlinks
-from capsem_core.check.subset import Subset
-from capsem_core.check.route import SessionRoute
-from capsem_core.cli.check_text import render_text
-from capsem_core.cli.errors import UsageError
-from capsem_core.cli.progress import VerifyProgressBar
 from capsem_core.cli import fleet
 from capsem_core.cli.arguments import db_argument, db_hint, path_argument, session_argument, whole_number
-from capsem_core.cli.sessions import recent_json, recent_lines
+from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import colour_wanted
 from capsem_core.errors import LedgerError
-from capsem_core.sessions.maindb import recent_sessions
+
+if TYPE_CHECKING:
+    from capsem_core.check.incremental import VerifyOptions
+    from capsem_core.check.route import SessionRoute
 
 RECENT_SESSIONS = 5
 
@@ -67,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # What a check needs loads here, not when the parser is built (``--help`` needs none of it).
+    from capsem_core import sessions
+    from capsem_core.check import check_ledger, report_to_json
+    from capsem_core.check.route import SessionRoute
+    from capsem_core.cli.check_text import render_text
+    from capsem_core.cli.progress import VerifyProgressBar
+    from capsem_core.snapshot import refuse_symlinks
+
     out_colour = not args.json and colour_wanted(sys.stdout)
     if args.list:
         return _list_sessions(args.json, out_colour)
@@ -91,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
             message = exc.detail if exc.path is None or str(exc.path) in exc.detail else str(exc)
             raise LedgerError(message + db_hint(args.session)) from None
         if not args.json and main_db.exists():
+            from capsem_core.cli.sessions import recent_lines
+            from capsem_core.sessions.maindb import recent_sessions
+
             recent = recent_sessions(main_db, RECENT_SESSIONS)
             if recent:
                 sys.stdout.write("\n".join(recent_lines(recent, False, out_colour)) + "\n")
@@ -114,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str) -> float:
+    from capsem_core.check.incremental import parse_duration
+
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -122,6 +130,9 @@ def _duration(text: str) -> float:
 
 def _verify_options(args: argparse.Namespace) -> VerifyOptions:
     """--incremental, --max-age, --subset and --subset-seed, checked against each other."""
+    from capsem_core.check.incremental import VerifyOptions
+    from capsem_core.check.subset import Subset
+
     if (args.incremental or args.subset is not None) and not args.verify_bodies:
         raise UsageError("--incremental and --subset choose what --verify-bodies reads; give --verify-bodies too")
     if args.max_age is not None and not args.incremental:
@@ -137,6 +148,10 @@ def _verify_options(args: argparse.Namespace) -> VerifyOptions:
 
 def _list_sessions(as_json: bool, out_colour: bool) -> int:
     """--list: main.db's recent sessions, as a table or one JSON object."""
+    from capsem_core import sessions
+    from capsem_core.cli.sessions import recent_json, recent_lines
+    from capsem_core.sessions.maindb import recent_sessions
+
     main_db = sessions.main_db_path()
     if not main_db.exists():
         raise LedgerError(f"main.db not found at {main_db}")
