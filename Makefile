@@ -11,5 +11,6 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
+# Writes docs/bench-results.md: the ratios and figures, with the machine they ran on.
 bench: setup
-	$(PY) -m pytest -q -s -p no:cacheprovider bench
+	$(PY) -m pytest -q -s -p no:cacheprovider bench --results docs/bench-results.md

@@ -21,8 +21,11 @@ Groups (the ratio table after the run divides each time into its group's baselin
 * ``test_large_paired_rounds``: the two large groups' comparisons with all four (pure Python,
   kernel, read_bodies, bodies) alternating round by round, paired wall-time ratios and CPU
   ratios printed (steadier on a host whose speed drifts).
+* ``bodies-large-kernel`` also holds a stream of ``body_batches(threads=1)`` whose consumer
+  drops each batch (its buffers come back to a pool of two). Target: within 1.25x of the
+  kernel, with peak memory about two batches (``test_peak_rss_of_a_stream_of_batches``).
 * ``test_peak_rss_of_batches_is_bounded_by_max_bytes``: peak RSS of ``body_batches`` over the
-  million-body sample in a fresh process, at two max_bytes, printed (not asserted).
+  million-body sample in a fresh process, at three max_bytes, printed (not asserted).
 
 Run: ``python3 -m pytest bench/bench_bodies.py -q -s -p no:cacheprovider``.
 """
@@ -65,6 +68,16 @@ def _read_bodies(db: Path, threads: int = 1) -> int:
 def _bodies(db: Path) -> int:
     with Ledger(db) as ledger:
         return sum(len(r.data) for r in ledger.bodies(threads=1))
+
+
+def _stream(db: Path) -> int:
+    # A consumer that reads each batch and drops it: the buffers come back to the pool.
+    total = 0
+    with Ledger(db) as ledger:
+        for batch in ledger.body_batches(threads=1):
+            total += batch.nbytes
+            del batch
+    return total
 
 
 def _kernel(db: Path) -> int:
@@ -119,6 +132,13 @@ def test_large_bodies_vs_kernel(benchmark, large):
     _run(benchmark, _bodies, large, rounds=3)
 
 
+@pytest.mark.benchmark(group="bodies-large-kernel")
+def test_large_body_batches_stream_vs_kernel(benchmark, large):
+    # Target: within 1.25x of the kernel (ratio >= 0.8), peak memory about two batches
+    # (test_peak_rss_of_a_stream_of_batches).
+    _run(benchmark, _stream, large, rounds=3)
+
+
 @pytest.mark.benchmark(group="read-bodies-small")
 def test_small_pure_python(benchmark, small):
     _run(benchmark, _pure_python, small, rounds=1, baseline=True)
@@ -129,7 +149,7 @@ def test_small_read_bodies_1_thread(benchmark, small):
     _run(benchmark, _read_bodies, small, rounds=3)
 
 
-def test_large_paired_rounds(large: Path) -> None:
+def test_large_paired_rounds(figure, large: Path) -> None:
     """``bodies-large`` and ``bodies-large-kernel`` with the four alternating round by round
     (the pure-Python reader, the kernel, read_bodies, bodies, all on one thread; a host whose
     speed drifts over a minute moves them alike): per contender and baseline, the median of
@@ -149,7 +169,7 @@ def test_large_paired_rounds(large: Path) -> None:
     for contender in ("read_bodies(threads=1)", "bodies(threads=1)"):
         for baseline in ("pure Python", "the kernel"):
             ratios = [b / c for b, c in zip(wall[baseline], wall[contender])]
-            print(f"\n{contender} vs {baseline}, {PAIRED_ROUNDS} rounds: wall ratio median "
+            figure(f"\n{contender} vs {baseline}, {PAIRED_ROUNDS} rounds: wall ratio median "
                   f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); CPU "
                   f"{statistics.median(cpu[baseline]):.2f} s / {statistics.median(cpu[contender]):.2f} s = "
                   f"{statistics.median(cpu[baseline]) / statistics.median(cpu[contender]):.3f}")
@@ -240,11 +260,23 @@ print(json.dumps({"index_kib": index_rss, "peak_kib": hwm(), "body_bytes": total
 """
 
 
-def test_peak_rss_of_batches_is_bounded_by_max_bytes(small):
+def test_peak_rss_of_a_stream_of_batches(figure, large):
+    """body_batches over the large sample at the default 64 MiB: peak RSS after the index
+    against one batch's bytes (target: about two batches)."""
+    done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(large), str(64 << 20)], capture_output=True,
+                          text=True, timeout=1800, check=True)
+    got = json.loads(done.stdout)
+    batches = (got["peak_kib"] - got["index_kib"]) * 1024 / (64 << 20)
+    figure(f"\nbody_batches over {got['body_bytes'] / 2**30:.2f} GiB of large bodies: peak RSS "
+          f"{got['peak_kib'] / 1024:.0f} MiB, {batches:.2f} batches of 64 MiB above the "
+          f"{got['index_kib'] / 1024:.0f} MiB before the first (target: about two)")
+
+
+def test_peak_rss_of_batches_is_bounded_by_max_bytes(figure, small):
     for max_bytes in (16 << 20, 64 << 20, 256 << 20):
         done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(small), str(max_bytes)], capture_output=True,
                               text=True, timeout=1800, check=True)
         got = json.loads(done.stdout)
-        print(f"\nbody_batches(max_bytes={max_bytes >> 20} MiB) over {got['body_bytes'] / 2**20:.0f} MiB of bodies: "
+        figure(f"\nbody_batches(max_bytes={max_bytes >> 20} MiB) over {got['body_bytes'] / 2**20:.0f} MiB of bodies: "
               f"peak RSS {got['peak_kib'] / 1024:.0f} MiB, of which {got['index_kib'] / 1024:.0f} MiB before the "
               f"first batch (interpreter + index)")

@@ -132,7 +132,7 @@ def test_doctor_verify_subset_one_connection(benchmark, small: Path) -> None:
     assert result.failures == [] and result.bodies == DOCTOR_SUBSET * 10
 
 
-def test_report_ratios(small: Path, capsys) -> None:
+def test_report_ratios(figure, small: Path, capsys) -> None:
     if not {"quick_check", "check_2", "kernel", "check_verify", "doctor_subset", "doctor_one_conn"} <= set(_means):
         pytest.skip("run the whole module to get the ratios")
     conn = sqlite3.connect("file:" + urllib.parse.quote(str(small.absolute())) + "?mode=ro", uri=True)
@@ -186,4 +186,4 @@ def test_report_ratios(small: Path, capsys) -> None:
         f"{one_conn_full / _means['kernel']:.1f}x",
     ]
     with capsys.disabled():
-        print("\n" + "\n".join(lines))
+        figure("\n" + "\n".join(lines))

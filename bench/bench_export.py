@@ -125,7 +125,7 @@ def test_large_export_warc_vs_floor(benchmark, large, scratch):
     _bench(benchmark, _export_warc, large, scratch / "out.warc.gz")
 
 
-def test_export_paired_rounds(large: Path, scratch: Path, bodies: list[BodyBatch]) -> None:
+def test_export_paired_rounds(figure, large: Path, scratch: Path, bodies: list[BodyBatch]) -> None:
     """The three contenders alternating round by round: per baseline, the median of the
     rounds' baseline / warc wall-time ratios and the ratio of the median CPU times. Targets:
     >= 0.25 against export DIR, >= 0.67 against the floor."""
@@ -140,11 +140,11 @@ def test_export_paired_rounds(large: Path, scratch: Path, bodies: list[BodyBatch
             wall[name].append(took[0])
             cpu[name].append(took[1])
     size = (scratch / "out.warc.gz").stat().st_size
-    print(f"\nexport --warc wrote {size:,} bytes; wall seconds per round: "
+    figure(f"\nexport --warc wrote {size:,} bytes; wall seconds per round: "
           + "; ".join(f"{n} {', '.join(f'{t:.2f}' for t in ts)}" for n, ts in wall.items()))
     for baseline in ("export DIR", "the floor"):
         ratios = [b / c for b, c in zip(wall[baseline], wall["export --warc"])]
-        print(f"export --warc vs {baseline}, {PAIRED_ROUNDS} rounds: wall ratio median "
+        figure(f"export --warc vs {baseline}, {PAIRED_ROUNDS} rounds: wall ratio median "
               f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); CPU "
               f"{statistics.median(cpu[baseline]):.2f} s / {statistics.median(cpu['export --warc']):.2f} s = "
               f"{statistics.median(cpu[baseline]) / statistics.median(cpu['export --warc']):.3f}")

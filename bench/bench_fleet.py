@@ -118,7 +118,7 @@ def test_heavy_home_dask_2_workers(benchmark, heavy_home: Path, dask_client) -> 
            HEAVY_LEDGERS)
 
 
-def test_heavy_checks_in_process_cpu(heavy_home: Path) -> None:
+def test_heavy_checks_in_process_cpu(figure, heavy_home: Path) -> None:
     """The heavy home's checks one after another in this process (no runner), printed as wall
     time and CPU time of every thread: how many cores one check keeps busy, and so the floor
     no schedule of them on this machine's cores can beat."""
@@ -131,7 +131,7 @@ def test_heavy_checks_in_process_cpu(heavy_home: Path) -> None:
         assert all(check_ledger(db, verify_bodies=True).sound for db in ledgers)
         wall, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_SELF)
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        print(f"\n{HEAVY_LEDGERS} heavy checks in one process: {wall:.3f} s wall, {cpu:.3f} s CPU "
+        figure(f"\n{HEAVY_LEDGERS} heavy checks in one process: {wall:.3f} s wall, {cpu:.3f} s CPU "
               f"({cpu / wall:.2f} cores busy); on {cores} cores no schedule takes less than {cpu / cores:.3f} s")
 
 

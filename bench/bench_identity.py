@@ -123,7 +123,7 @@ def _leave_the_section_and_its_scan_out(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(run, "worth_scanning", lambda pages: False)
 
 
-def test_check_identity_paired_rounds(small: Path) -> None:
+def test_check_identity_paired_rounds(figure, small: Path) -> None:
     """The same comparison with the checks alternating round by round (a host whose speed
     drifts over a minute moves them alike): each round's ratio of wall times, and the ratio of
     the process's CPU time (every thread's), medians printed. Asserts nothing about speed."""
@@ -144,7 +144,7 @@ def test_check_identity_paired_rounds(small: Path) -> None:
         return (f"\ncheck {what} / with the identity section, {PAIRS} alternating rounds: wall ratio median "
                 f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); CPU "
                 f"{cpu[0]:.2f} s / {cpu[1]:.2f} s = {cpu[0] / cpu[1]:.3f}{target}")
-    print(line("without", "without the section (the lifecycle's columns scanned)", " (target >= 0.91)")
+    figure(line("without", "without the section (the lifecycle's columns scanned)", " (target >= 0.91)")
           + line("before", "before the section (no scan, the lifecycle by SQL)", ""))
 
 
@@ -182,7 +182,7 @@ def _alongside_cost(db: Path) -> float:
         conn.close()
 
 
-def test_check_identity_cost_by_step(small: Path) -> None:
+def test_check_identity_cost_by_step(figure, small: Path) -> None:
     """Where the section's CPU goes, steadier than the difference of two whole checks' times:
     the thread CPU, inside check, of the two steps it adds to (the page scan, read_graph; the
     joins, held_parts), the section's rounds less the baseline's, alternating round by round;
@@ -209,7 +209,7 @@ def test_check_identity_cost_by_step(small: Path) -> None:
     share["alongside"] = _alongside_cost(small)
     base = median("without", "check")
     total = base + sum(share.values())
-    print(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan "
+    figure(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan "
           f"{share['read_graph'] * 1000:.0f} ms, joins {share['held_parts'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
           f"{share['alongside'] * 1000:.0f} ms; check without the section {base:.2f} s of CPU; "
           f"{base:.2f} / {total:.2f} = {base / total:.3f} (target >= 0.91)")

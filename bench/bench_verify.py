@@ -71,14 +71,14 @@ def test_large_kernel_2_threads(benchmark, large):
 
 @pytest.mark.benchmark(group="verify-large")
 @pytest.mark.parametrize("hasher", ["ours", "package"])
-def test_large_floor(benchmark, large, hasher):
+def test_large_floor(figure, benchmark, large, hasher):
     work = verify_floor.plan(large)
     passes = []
     benchmark.pedantic(lambda: passes.append(verify_floor.run(work, hasher)), rounds=3, iterations=1,
                        warmup_rounds=0)
     inflated, hashed, inflate_s, hash_s = min(passes, key=lambda p: p[2] + p[3])
     benchmark.extra_info.update(inflated=inflated, hashed=hashed, inflate_s=inflate_s, hash_s=hash_s)
-    print(f"\nfloor with {hasher} BLAKE3: {inflated / 1e9:.2f} GB inflated in {inflate_s:.3f} s "
+    figure(f"\nfloor with {hasher} BLAKE3: {inflated / 1e9:.2f} GB inflated in {inflate_s:.3f} s "
           f"({inflated / inflate_s / 1e9:.2f} GB/s), {hashed / 1e9:.2f} GB hashed in {hash_s:.3f} s "
           f"({hashed / hash_s / 1e9:.2f} GB/s)")
 
@@ -128,11 +128,11 @@ def _peak_rss_kib(db: Path, threads: int) -> int:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_peak_rss_is_flat_in_archive_size(large, threads):
+def test_peak_rss_is_flat_in_archive_size(figure, large, threads):
     quarter = warm(sample_ledger("large", raw_bytes=RAW // 4))
     small_rss = _peak_rss_kib(quarter, threads)
     large_rss = _peak_rss_kib(large, threads)
     growth = large_rss / small_rss - 1
-    print(f"\npeak RSS, {threads} thread(s): {small_rss / 1024:.1f} MiB at {RAW // 4 >> 20} MiB raw, "
+    figure(f"\npeak RSS, {threads} thread(s): {small_rss / 1024:.1f} MiB at {RAW // 4 >> 20} MiB raw, "
           f"{large_rss / 1024:.1f} MiB at {RAW >> 20} MiB raw: {growth:+.1%}")
     assert growth < 0.15

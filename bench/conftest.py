@@ -13,29 +13,59 @@ from pathlib import Path
 import pytest
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    session = getattr(terminalreporter.config, "_benchmarksession", None)
-    benchmarks = getattr(session, "benchmarks", None) or []
+# Figures a benchmark measures besides its timed rounds (paired ratios, peak memory, ...):
+# printed as they come, and collected for the results file.
+_FIGURES: list[tuple[str, str]] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--results", default=None, metavar="FILE",
+                     help="write the run's ratios and figures, with the machine they ran on, to FILE "
+                          "(make bench: docs/bench-results.md)")
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest):
+    """``figure(text)``: print one measured figure and keep it for the results file."""
+    def add(text: str) -> None:
+        _FIGURES.append((request.node.name, text.strip()))
+        print("\n" + text.strip())
+    return add
+
+
+def _ratios(benchmarks: list) -> list[tuple[str, str, str, float, float]]:
+    """(group, contender, baseline, min-round speed ratio, median-round speed ratio)."""
     groups: dict[str, list] = defaultdict(list)
     for bench in benchmarks:
         groups[bench.group or ""].append(bench)
-    lines = []
+    out = []
     for group, members in groups.items():
         baseline = next((b for b in members if b.extra_info.get("baseline")), None)
         if baseline is None:
             continue
         for bench in members:
-            if bench is baseline:
-                continue
-            # Speed relative to the baseline (> 1: faster), on the best and the median round.
-            best = baseline.stats.min / bench.stats.min
-            median = baseline.stats.median / bench.stats.median
-            lines.append(f"{group:<34} {bench.name:<44} {best:7.2f}x {median:7.2f}x   vs {baseline.name}")
-    if lines:
+            if bench is not baseline:
+                # Speed relative to the baseline (> 1: faster), on the best and the median round.
+                out.append((group, bench.name, baseline.name, baseline.stats.min / bench.stats.min,
+                            baseline.stats.median / bench.stats.median))
+    return out
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    session = getattr(terminalreporter.config, "_benchmarksession", None)
+    benchmarks = getattr(session, "benchmarks", None) or []
+    ratios = _ratios(benchmarks)
+    if ratios:
         terminalreporter.write_sep("-", "speed vs baseline, same run (min round, median round)")
-        for line in lines:
-            terminalreporter.write_line(line)
+        for group, name, base, best, median in ratios:
+            terminalreporter.write_line(f"{group:<34} {name:<44} {best:7.2f}x {median:7.2f}x   vs {base}")
+    target = terminalreporter.config.getoption("--results")
+    if target:
+        from results import write_results
+
+        write_results(Path(target), benchmarks, ratios, _FIGURES)
+        terminalreporter.write_line(f"results written to {target}")
 
 
 # --- cached sample ledgers (verify / index benches) ---------------------------------------
