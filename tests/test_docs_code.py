@@ -9,19 +9,20 @@ performance.md is measured by ``make bench``, not run here."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from capsem_core import Body, Ledger, LedgerWriter
 from capsem_core.sample import write_sample_home, write_sample_ledger
+from tests.fleet.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md")
@@ -68,29 +69,31 @@ def _follow_until_caught_up(code: str, here: Path) -> tuple[str, list[str]]:
     state = re.search(r'saved = Path\("([^"]+)"\)', code)
     tables = re.search(r"follow\((\[[^\]]*\])", code)
     assert state and tables, "the follow recipe names its state file and its tables"
-    followed: list[str] = eval(tables.group(1))  # a list literal of table names, from our own doc
+    followed: list[str] = ast.literal_eval(tables.group(1))
     saved = here / state.group(1)
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=here, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    printed = here / "follow.out"   # a file, not a pipe: a full pipe would stall the recipe
+    with printed.open("w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=here, stdout=stdout, stderr=subprocess.PIPE,
+                                text=True)
     try:
-        deadline = time.monotonic() + CATCH_UP_DEADLINE_S
         with Ledger("run/sessions/abc") as ledger:
-            while True:
-                assert proc.poll() is None, proc.communicate()
-                if saved.exists():
-                    page = ledger.events(followed, after=saved.read_text())
-                    if page.caught_up and not page.events:
-                        break
-                assert time.monotonic() < deadline, "the recipe never caught up"
-                time.sleep(0.05)
+            def caught_up() -> bool:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the recipe exited {proc.returncode}: {proc.communicate()[1]}")
+                if not saved.exists():
+                    return False
+                page = ledger.events(followed, after=saved.read_text())
+                return page.caught_up and not page.events
+
+            wait_for(caught_up, timeout=CATCH_UP_DEADLINE_S, every=0.05)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _, err = proc.communicate(timeout=60)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     assert proc.returncode == 0 and err == "", (proc.returncode, err)
-    return out, followed
+    return printed.read_text(), followed
 
 
 def _event_count(tables: list[str]) -> int:
