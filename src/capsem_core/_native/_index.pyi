@@ -1,5 +1,6 @@
 """Body index scans through the SQLite C API (stub of the compiled module). Takes an SQLite
-URI and busy timeout; capsem_core.index chooses them."""
+URI and busy timeout (capsem_core.db chooses them) and, when it may share it, the caller's
+connection; capsem_core.bodies.scan calls it."""
 
 from typing import Any
 

@@ -1,7 +1,7 @@
 """The session.db page map (stub of the compiled module): the whole-file half of a page
 check, and chosen columns of a table's rows, read from the file's own bytes.
-capsem_core.check.pages runs the walk; capsem_core.check.identity_pages and
-capsem_core.index_pages the row scans."""
+capsem_core.pages.check runs the walk; capsem_core.pages.graph and capsem_core.pages.index
+the row scans."""
 
 from collections.abc import Sequence
 from os import PathLike

@@ -1,21 +1,20 @@
-"""The doctor's ``check`` report: every integrity check of one ledger, as data, text or JSON.
+"""The doctor's ``check`` report: every integrity check of one ledger, as data or JSON.
 
 ``check_ledger`` runs the checks in the doctor's order (page integrity first, then tables and
 row counts, the body archive trusting neither the index nor the file, file-monitor overflow,
 tool lifecycle, AI-provider correlation, NULLs in critical fields, tool usage and previews,
 on request every body read back through its hash, and after the doctor's sections the
 identity graph: the specification's join contract, and main.db's totals against the ledger
-when it is reached through a home) and returns a ``CheckReport``;
-``render_text`` and ``report_to_json`` turn it into the doctor's text or one stable JSON
-object. Whole-ledger work goes through SQL aggregates and the native index scans and verify
-kernel; nothing here makes a Python object per body.
+when it is reached through a home) and returns a ``CheckReport``; ``report_to_json`` turns
+it into one stable JSON object. Whole-ledger work goes through SQL aggregates and the native
+index scans and verify kernel; nothing here makes a Python object per body.
 
-The house: ``report`` (the model and its JSON form), ``opening`` (opening a ledger for a
-check), ``sql_checks`` (what the tables say), ``archive`` (the body index against itself
-and the file), ``verify`` (the --verify-bodies step and its progress bar), ``identity`` and ``route``
-(the identity graph), ``run`` (the order, and what is skipped when) and ``render`` (the text). The command line is
-``capsem_core.cli.check``. The names below are the package's public API, as they were when
-it was one module.
+The house: ``run`` (the ledger's snapshot opened, the report's steps declared), ``steps``
+(the scheduler that runs them), ``report`` (the model and its JSON form), ``sql_checks``
+(what the tables say), ``archive`` (the body index against itself and the file), ``verify``
+(the --verify-bodies step), ``incremental``, ``record`` and ``subset`` (verifying less),
+``identity`` and ``route`` (the identity graph). The page check is ``capsem_core.pages``; the
+text and the command line are ``capsem_core.cli.check_text`` and ``capsem_core.cli.check``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The check report as data: findings, sections, the whole report, and its JSON form.
 
 A ``CheckReport`` is a tree of dataclasses with no I/O: ``check_ledger`` (``run.py``) fills
-it, ``render.py`` turns it into the doctor's text and ``report_to_json`` into one stable JSON
-object (``JSON_FORMAT`` / ``JSON_VERSION``). The status and severity rules live here: what a
+it, ``capsem_core.cli.check_text`` turns it into the doctor's text and ``report_to_json`` into
+one stable JSON object (``JSON_FORMAT`` / ``JSON_VERSION``). The status and severity rules live here: what a
 finding does to its section, and what the sections make of the report and its exit code.
 """
 
