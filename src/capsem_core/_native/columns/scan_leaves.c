@@ -153,12 +153,17 @@ int cs_pages_open(cs_pages *s) {
     s->leaves = NULL;
     s->nleaves = 0;
     s->order = NULL;
+    s->want = NULL;
+    s->want_real = NULL;
     s->need = 0;
     if (s->ncols > CS_MAX_COLUMNS) return CS_UNREADABLE;
     if ((uint64_t)s->h.page_count * s->h.page_size > s->size || s->h.page_size < 512 || s->h.usable < 480)
         return CS_UNREADABLE;
-    s->order = malloc((s->ncols ? s->ncols : 1) * sizeof *s->order);
-    if (!s->order) return CS_NO_MEMORY;
+    size_t n = s->ncols ? s->ncols : 1;
+    s->order = malloc(n * sizeof *s->order);
+    s->want = malloc(n * sizeof *s->want);
+    s->want_real = malloc(n);
+    if (!s->order || !s->want || !s->want_real) return CS_NO_MEMORY;
     /* Output columns in record order (the rowid first): a record's values are read forwards. */
     for (size_t i = 0; i < s->ncols; i++) s->order[i] = (uint32_t)i;
     for (size_t i = 1; i < s->ncols; i++) {
@@ -174,6 +179,10 @@ int cs_pages_open(cs_pages *s) {
         }
         s->order[j] = k;
     }
+    for (size_t k = 0; k < s->ncols; k++) {
+        s->want[k] = s->record[s->order[k]];
+        s->want_real[k] = s->real[s->order[k]];
+    }
     for (size_t i = 0; i < s->ncols; i++)
         if (s->record[i] != CS_ROWID && s->record[i] + 1 > s->need) s->need = s->record[i] + 1;
     if (s->need > CS_MAX_COLUMNS) return CS_UNREADABLE;
@@ -183,8 +192,12 @@ int cs_pages_open(cs_pages *s) {
 void cs_pages_close(cs_pages *s) {
     free(s->leaves);
     free(s->order);
+    free(s->want);
+    free(s->want_real);
     s->leaves = NULL;
     s->order = NULL;
+    s->want = NULL;
+    s->want_real = NULL;
     s->nleaves = 0;
 }
 
@@ -197,8 +210,26 @@ static int cell_payload(const cs_reader *r, const uint8_t *page, uint32_t pc, in
     return CS_OK;
 }
 
-/* The record's values of the chosen columns, in r->s->order (classes from serial types; TEXT
- * not yet checked for UTF-8; the REAL affinity applied). */
+/* The class of each serial type below 12 (10 and 11, reserved, are refused before this). */
+static const uint8_t NUMBER_CLASS[12] = {CS_NULL,    CS_INTEGER, CS_INTEGER, CS_INTEGER, CS_INTEGER, CS_INTEGER,
+                                         CS_INTEGER, CS_REAL,    CS_INTEGER, CS_INTEGER, CS_NULL,    CS_NULL};
+
+/* The next serial type of a record header: one byte for most, two for a text or blob of 58 to
+ * 8,185 bytes (a ledger's ids, hashes and short contents), SQLite's varint beyond. NULL when it
+ * runs off the header. */
+static inline const uint8_t *serial_type(const uint8_t *ht, const uint8_t *hend, uint64_t *t) {
+    if (ht[0] < 0x80) {
+        *t = ht[0];
+        return ht + 1;
+    }
+    if (ht + 1 < hend && ht[1] < 0x80) {
+        *t = ((uint64_t)(ht[0] & 0x7f) << 7) | ht[1];
+        return ht + 2;
+    }
+    unsigned n = varint_long(ht, hend, t);
+    return n ? ht + n : NULL;
+}
+
 int cs_row_values(cs_reader *r, payload *p, int64_t rowid) {
     const cs_pages *s = r->s;
     uint8_t first[9];
@@ -206,55 +237,43 @@ int cs_row_values(cs_reader *r, payload *p, int64_t rowid) {
     const uint8_t *hb = capsem_payload_bytes(&r->f, p, 0, peek, first);
     uint64_t hsize;
     unsigned n;
+    (void)rowid;
     if (!hb || !(n = varint(hb, hb + peek, &hsize)) || hsize < n || hsize > p->payload || hsize > MAX_HEADER)
         return CS_UNREADABLE;
     const uint8_t *hdr = capsem_payload_bytes(&r->f, p, 0, (uint32_t)hsize, r->header);
     if (!hdr) return CS_UNREADABLE;
+    /* Locals, not the structures' fields: the stores below (bytes) may alias those, so the
+     * compiler would read them again for every value. */
     const uint8_t *ht = hdr + n, *hend = hdr + hsize;
-    uint64_t body = hsize;
+    const uint32_t *want = s->want;
+    const uint8_t *real = s->want_real;
+    cs_value *vals = r->vals;
+    const size_t ncols = s->ncols;
+    const uint64_t total = p->payload;
+    uint64_t body = hsize, t = 0;
     uint32_t column = 0;
-    for (size_t k = 0; k < s->ncols; k++) {
-        uint32_t out = s->order[k];
-        cs_value *v = &r->vals[k];
-        if (s->record[out] == CS_ROWID) {
-            v->cls = CS_INTEGER;
-            v->t = 0;
-            v->off = 0;
-            v->len = 0;
-            (void)rowid;
+    for (size_t k = 0; k < ncols; k++) {
+        uint32_t w = want[k];
+        if (w == CS_ROWID) { /* its record column holds NULL: the caller has the rowid */
+            vals[k] = (cs_value){CS_INTEGER, 0, 0, 0};
             continue;
         }
-        uint64_t t = 0;
-        for (;;) {
+        for (;;) { /* on to record column w, summing the sizes of the values passed */
             if (ht >= hend) return CS_UNREADABLE; /* a short record: SQLite would supply the default */
-            if (*ht < 0x80) {
-                t = *ht++;
-            } else {
-                unsigned k2 = varint_long(ht, hend, &t);
-                if (!k2) return CS_UNREADABLE;
-                ht += k2;
-            }
-            if (column++ == s->record[out]) break;
-            if (t == 10 || t == 11) return CS_UNREADABLE;
+            if (!(ht = serial_type(ht, hend, &t)) || t == 10 || t == 11) return CS_UNREADABLE;
+            if (column++ == w) break;
             body += serial_size(t);
         }
-        if (t == 10 || t == 11) return CS_UNREADABLE;
         uint32_t size = serial_size(t);
-        if (body + size > p->payload) return CS_UNREADABLE;
-        v->t = t;
-        v->off = (uint32_t)body;
-        v->len = size;
-        if (t == 0) v->cls = CS_NULL;
-        else if (t == 7) v->cls = CS_REAL;
-        else if (t < 12) v->cls = s->real[out] ? CS_REAL : CS_INTEGER;
-        else v->cls = (t & 1) ? CS_TEXT : CS_BLOB;
+        if (body + size > total) return CS_UNREADABLE;
+        uint8_t cls = t < 12 ? NUMBER_CLASS[t] : (t & 1) ? CS_TEXT : CS_BLOB;
+        if (cls == CS_INTEGER && real[k]) cls = CS_REAL;
+        vals[k] = (cs_value){cls, t, (uint32_t)body, size};
         body += size;
     }
     return CS_OK;
 }
 
-/* A numeric value (INTEGER or REAL serial types, `rowid` for the rowid column) as the class
- * the column reads it as. */
 int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, int64_t *i, double *d) {
     if (v->t == 0 && v->cls == CS_INTEGER) { /* the rowid column */
         *i = rowid;
@@ -275,61 +294,33 @@ int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, 
     return CS_OK;
 }
 
-/* Walk bytes [off, off + len) of the payload piece by piece (into the UTF-8 check when `u` is
- * given): the overflow chain must hold them. Mirrors chain_bytes' bounds. */
-int cs_value_visit(cs_reader *r, payload *p, uint32_t off, uint32_t len, cs_utf8 *u) {
-    if (off + len <= p->nlocal) {
-        if (u && !cs_ascii(p->local + off, len)) cs_utf8_feed(u, p->local + off, len);
+int cs_value_gather(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out) {
+    if (v->len == 0 || v->off + v->len <= p->nlocal) { /* (an empty value has no bytes to read) */
+        *out = p->local + (v->len ? v->off : 0);
         return CS_OK;
     }
-    uint32_t have = 0;
-    if (off < p->nlocal) {
-        have = p->nlocal - off;
-        if (u) cs_utf8_feed(u, p->local + off, have);
+    if (v->len > r->scratch_cap) {
+        uint8_t *b = realloc(r->scratch, v->len);
+        if (!b) return CS_NO_MEMORY;
+        r->scratch = b;
+        r->scratch_cap = v->len;
     }
-    capsem_rec_file *f = &r->f;
-    uint32_t per = f->h.usable - 4;
-    while (have < len) {
-        uint32_t at = off + have;
-        while (at >= p->chain_at + per) {
-            if (!p->left || p->next < 2 || p->next > f->h.page_count || ++f->pages > f->h.page_count)
-                return CS_UNREADABLE;
-            p->next = get4(capsem_rec_page(f, p->next));
-            p->chain_at += per;
-            p->left--;
-        }
-        if (!p->left || p->next < 2 || p->next > f->h.page_count || at < p->chain_at) return CS_UNREADABLE;
-        const uint8_t *content = capsem_rec_page(f, p->next) + 4;
-        uint32_t from = at - p->chain_at, n = per - from;
-        if (n > len - have) n = len - have;
-        if (u) cs_utf8_feed(u, content + from, n);
-        have += n;
+    *out = capsem_payload_bytes(&r->f, p, v->off, v->len, r->scratch);
+    return *out ? CS_OK : CS_UNREADABLE;
+}
+
+/* A leaf's lines are asked for while the leaf before it is read, a few per row: the cells of
+ * a page lie in no order the hardware prefetcher follows (each row's first touch would
+ * otherwise wait on memory), and asking for a whole page at once fills the queue of misses
+ * and stalls there instead. */
+static inline void ask_ahead(cs_reader *r, uint32_t lines) {
+    while (lines-- && r->ahead_left) {
+        r->ahead_left -= 64;
+        __builtin_prefetch(r->ahead + r->ahead_left);
     }
-    return CS_OK;
 }
 
-#define PREFETCH 4u   /* cells asked for ahead of the one read */
-#define PREFETCH_LINES 4u
-
-/* Ask for the first lines of cell i of a leaf (its header and first values): the cells of a
- * page lie in no order the hardware guesses, and the first touch of each is otherwise a
- * stall on memory. */
-static inline void prefetch_cell(const cs_reader *r, const uint8_t *page, uint32_t hdr, uint32_t ncell, uint32_t i) {
-    if (i >= ncell) return;
-    uint32_t last = r->f.h.page_size - 1; /* a power of two, less one */
-    uint32_t pc = get2(page + hdr + 8 + 2 * i);
-    for (uint32_t k = 0; k < PREFETCH_LINES; k++) __builtin_prefetch(page + ((pc + 64 * k) & last));
-}
-
-/* Ask for the next leaf's header and cell pointers. */
-static inline void prefetch_leaf(const cs_reader *r, size_t li) {
-    if (li >= r->s->nleaves) return;
-    const uint8_t *page = r->s->map + (uint64_t)(r->s->leaves[li].page - 1) * r->f.h.page_size;
-    __builtin_prefetch(page);
-    __builtin_prefetch(page + 64);
-}
-
-/* The cells of leaf `li` to read: [*first, *last), checked as a leaf page. */
+/* The cells of leaf `li`, checked as a leaf page. */
 int cs_leaf_cells(cs_reader *r, size_t li, const uint8_t **page, uint32_t *ncell) {
     const cs_leaf *leaf = &r->s->leaves[li];
     *page = r->s->map + (uint64_t)(leaf->page - 1) * r->f.h.page_size;
@@ -338,27 +329,26 @@ int cs_leaf_cells(cs_reader *r, size_t li, const uint8_t **page, uint32_t *ncell
     *ncell = get2(*page + hdr + 3);
     if (*ncell > (r->f.h.page_size - 8) / 6) return CS_UNREADABLE;
     r->f.pages = 0; /* a leaf's overflow chains hold at most the file's pages */
-    prefetch_leaf(r, li + 1);
-    /* (Usually asked for already, while the leaf before was read: asking again costs little.) */
-    for (uint32_t i = 0; i < PREFETCH; i++) prefetch_cell(r, *page, hdr, *ncell, i);
+    /* The next leaf: its header and cell pointers now, the rest (from the end of the page,
+     * where its first cells lie) a few lines per row of this one. */
+    ask_ahead(r, UINT32_MAX);
+    uint32_t lines = r->f.h.page_size / 64;
+    r->ahead_step = (lines + *ncell - 1) / (*ncell ? *ncell : 1) + 1;
+    if (li + 1 < r->s->nleaves) {
+        r->ahead = r->s->map + (uint64_t)(r->s->leaves[li + 1].page - 1) * r->f.h.page_size;
+        __builtin_prefetch(r->ahead);
+        __builtin_prefetch(r->ahead + 64);
+        r->ahead += 128;
+        r->ahead_left = r->f.h.page_size - 128;
+    }
     return CS_OK;
 }
 
-/* Cell i of a leaf: its payload and rowid, the rowid checked against the leaf's bounds and
- * the previous row's. */
 int cs_leaf_row(cs_reader *r, size_t li, const uint8_t *page, uint32_t i, int64_t *prev, int *have_prev,
                 int64_t *rowid, payload *p) {
     const cs_leaf *leaf = &r->s->leaves[li];
     uint32_t hdr = hdr_offset(leaf->page);
-    uint32_t ncell = get2(page + hdr + 3);
-    if (i + PREFETCH < ncell) {
-        prefetch_cell(r, page, hdr, ncell, i + PREFETCH);
-    } else if (li + 1 < r->s->nleaves) { /* the next leaf's first cells, before it starts */
-        uint32_t next = r->s->leaves[li + 1].page;
-        const uint8_t *np = r->s->map + (uint64_t)(next - 1) * r->f.h.page_size;
-        uint32_t nh = hdr_offset(next);
-        prefetch_cell(r, np, nh, get2(np + nh + 3), i + PREFETCH - ncell);
-    }
+    ask_ahead(r, r->ahead_step);
     uint32_t content = get2(page + hdr + 5);
     if (content == 0) content = 65536;
     uint32_t pc = get2(page + hdr + 8 + 2 * i);

@@ -59,8 +59,10 @@ typedef struct {
     /* filled by cs_pages_open */
     cs_leaf *leaves;
     size_t nleaves;
-    uint32_t *order; /* output columns in record order */
-    uint32_t need;   /* record columns the header walk must reach */
+    uint32_t *order;    /* output columns in record order */
+    uint32_t *want;     /* the record column of each of them (CS_ROWID first) */
+    uint8_t *want_real; /* and its REAL affinity */
+    uint32_t need;      /* record columns the header walk must reach */
 } cs_pages;
 
 /* Parse the header of the map and list the leaves (see above). CS_OK, CS_UNREADABLE,
@@ -78,7 +80,8 @@ typedef struct {
     uint32_t off, len;
 } cs_value;
 
-/* Per thread: the file (and its page counter), a header buffer, the row's values. */
+/* Per thread: the file (and its page counter), a header buffer, the row's values, a buffer
+ * for values gathered from overflow pages, and the next leaf's lines still to ask for. */
 typedef struct {
     capsem_rec_file f;
     const cs_pages *s;
@@ -86,6 +89,9 @@ typedef struct {
     cs_value *vals; /* in the order of s->order */
     uint8_t *scratch;
     uint32_t scratch_cap;
+    const uint8_t *ahead; /* the next leaf's page */
+    uint32_t ahead_left;  /* its bytes below this not asked for yet */
+    uint32_t ahead_step;  /* lines asked for per row read */
 } cs_reader;
 
 int cs_reader_init(cs_reader *r, const cs_pages *s);
@@ -103,8 +109,10 @@ int cs_row_values(cs_reader *r, payload *p, int64_t rowid);
 /* A numeric value (INTEGER or REAL serial types, `rowid` for the rowid column) as the class
  * the column reads it as. */
 int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, int64_t *i, double *d);
-/* Walk bytes [off, off + len) of the payload piece by piece (into the UTF-8 check when `u` is
- * given): the overflow chain must hold them. */
-int cs_value_visit(cs_reader *r, payload *p, uint32_t off, uint32_t len, cs_utf8 *u);
+/* A TEXT or BLOB value's bytes in one piece: on the page, or gathered from its overflow
+ * chain into the reader's scratch buffer (grown to the value's length, which the record
+ * header bounded by the payload). CS_OK, CS_UNREADABLE (a chain shorter than the payload
+ * says), CS_NO_MEMORY. */
+int cs_value_gather(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out);
 
 #endif

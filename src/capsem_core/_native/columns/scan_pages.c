@@ -71,13 +71,10 @@ static int plan_range(void *arg) {
                 cs_value *v = &r.vals[k];
                 uint32_t out = s->order[k];
                 uint8_t cls = v->cls;
-                if (cls == CS_TEXT) {
-                    cs_utf8 u;
-                    cs_utf8_start(&u);
-                    if ((rc = cs_value_visit(&r, &p, v->off, v->len, &u)) != CS_OK) break;
-                    if (!cs_utf8_valid(&u)) cls = CS_TEXT_BYTES;
-                } else if (cls == CS_BLOB) {
-                    if ((rc = cs_value_visit(&r, &p, v->off, v->len, NULL)) != CS_OK) break;
+                if (cls == CS_TEXT || cls == CS_BLOB) { /* its bytes must be there (a chain as long) */
+                    const uint8_t *bytes;
+                    if ((rc = cs_value_gather(&r, &p, v, &bytes)) != CS_OK) break;
+                    if (cls == CS_TEXT && !cs_utf8_check(bytes, v->len)) cls = CS_TEXT_BYTES;
                 }
                 j->masks[out] |= (uint8_t)(1u << cls);
                 int64_t *st = &cur->stats[(out * CS_CLASSES + cls) * 2];
@@ -217,18 +214,8 @@ static int append_value(cs_reader *r, payload *p, const cs_value *v, int64_t row
             cls = CS_TEXT; /* the empty text is valid UTF-8, and has no bytes to read */
         } else {
             const uint8_t *src;
-            if (v->off + v->len <= p->nlocal) {
-                src = p->local + v->off;
-            } else {
-                if (v->len > r->scratch_cap) {
-                    uint8_t *b = realloc(r->scratch, v->len);
-                    if (!b) return CS_NO_MEMORY;
-                    r->scratch = b;
-                    r->scratch_cap = v->len;
-                }
-                src = capsem_payload_bytes(&r->f, p, v->off, v->len, r->scratch);
-                if (!src) return CS_UNREADABLE;
-            }
+            int rc = cs_value_gather(r, p, v, &src);
+            if (rc != CS_OK) return rc;
             cls = cs_utf8_check(src, v->len) ? CS_TEXT : CS_TEXT_BYTES;
             uint8_t *dst = cs_col_bytes(c, cls, v->len);
             if (!dst) return CS_NO_MEMORY;
