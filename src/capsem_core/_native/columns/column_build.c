@@ -86,10 +86,6 @@ static int vec_grow(cs_vec *v) {
 
 static inline int vec_room(cs_vec *v) { return v->n < v->cap ? 0 : vec_grow(v); }
 
-static inline void set_valid(cs_vec *v) {
-    if (v->valid) v->valid[v->n >> 3] |= (uint8_t)(1u << (v->n & 7));
-}
-
 static int vec_null(cs_vec *v) {
     if (vec_room(v)) return -1;
     if (v->cls == CS_INTEGER || v->cls == CS_REAL) {
@@ -104,14 +100,14 @@ static int vec_null(cs_vec *v) {
 
 static int vec_i64(cs_vec *v, int64_t x) {
     if (vec_room(v)) return -1;
-    set_valid(v);
+    cs_vec_valid(v);
     ((int64_t *)v->values)[v->n++] = x;
     return 0;
 }
 
 static int vec_f64(cs_vec *v, double x) {
     if (vec_room(v)) return -1;
-    set_valid(v);
+    cs_vec_valid(v);
     ((double *)v->values)[v->n++] = x;
     return 0;
 }
@@ -129,7 +125,7 @@ static uint8_t *vec_bytes(cs_vec *v, uint32_t len) {
         v->data_cap = cap;
     }
     uint8_t *at = v->data + v->data_len;
-    set_valid(v);
+    cs_vec_valid(v);
     v->data_len += len;
     v->offs[++v->n] = (int32_t)v->data_len;
     return at;
@@ -188,7 +184,7 @@ static cs_vec *union_slot(cs_col *c, uint8_t cls) {
     return kid;
 }
 
-int cs_col_null(cs_col *c) {
+int cs_col_add_null(cs_col *c) {
     if (c->lay->plain != CS_UNION) return vec_null(&c->plain);
     cs_vec *kid = union_slot(c, CS_NULL);
     if (!kid) return -1;
@@ -196,19 +192,19 @@ int cs_col_null(cs_col *c) {
     return 0;
 }
 
-int cs_col_int(cs_col *c, int64_t v) {
+int cs_col_add_int(cs_col *c, int64_t v) {
     if (c->lay->plain != CS_UNION) return c->plain.cls == CS_INTEGER ? vec_i64(&c->plain, v) : -1;
     cs_vec *kid = union_slot(c, CS_INTEGER);
     return kid ? vec_i64(kid, v) : -1;
 }
 
-int cs_col_real(cs_col *c, double v) {
+int cs_col_add_real(cs_col *c, double v) {
     if (c->lay->plain != CS_UNION) return c->plain.cls == CS_REAL ? vec_f64(&c->plain, v) : -1;
     cs_vec *kid = union_slot(c, CS_REAL);
     return kid ? vec_f64(kid, v) : -1;
 }
 
-uint8_t *cs_col_bytes(cs_col *c, uint8_t cls, uint32_t len) {
+uint8_t *cs_col_add_bytes(cs_col *c, uint8_t cls, uint32_t len) {
     if (c->lay->plain != CS_UNION) return c->plain.cls == cls ? vec_bytes(&c->plain, len) : NULL;
     cs_vec *kid = union_slot(c, cls);
     return kid ? vec_bytes(kid, len) : NULL;
