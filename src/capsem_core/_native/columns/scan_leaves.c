@@ -274,31 +274,15 @@ int cs_row_values(cs_reader *r, payload *p, int64_t rowid) {
     return CS_OK;
 }
 
-int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, int64_t *i, double *d) {
-    if (v->t == 0 && v->cls == CS_INTEGER) { /* the rowid column */
-        *i = rowid;
-        return CS_OK;
-    }
-    uint8_t raw[8] = {0};
-    const uint8_t *b = v->len ? capsem_payload_bytes(&r->f, p, v->off, v->len, raw) : raw;
+int cs_value_number_chain(cs_reader *r, payload *p, const cs_value *v, int64_t *i, double *d) {
+    uint8_t raw[8];
+    const uint8_t *b = capsem_payload_bytes(&r->f, p, v->off, v->len, raw);
     if (!b) return CS_UNREADABLE;
-    if (v->t == 7) {
-        uint64_t bits = 0;
-        for (int k = 0; k < 8; k++) bits = (bits << 8) | b[k];
-        memcpy(d, &bits, 8);
-        return CS_OK;
-    }
-    int64_t x = capsem_serial_int(b, v->t);
-    if (v->cls == CS_REAL) *d = (double)x;
-    else *i = x;
+    cs_number_of(b, v, i, d);
     return CS_OK;
 }
 
-int cs_value_gather(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out) {
-    if (v->len == 0 || v->off + v->len <= p->nlocal) { /* (an empty value has no bytes to read) */
-        *out = p->local + (v->len ? v->off : 0);
-        return CS_OK;
-    }
+int cs_value_gather_chain(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out) {
     if (v->len > r->scratch_cap) {
         uint8_t *b = realloc(r->scratch, v->len);
         if (!b) return CS_NO_MEMORY;

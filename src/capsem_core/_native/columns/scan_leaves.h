@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "column_build.h"
 #include "page_map.h"
@@ -106,13 +107,47 @@ int cs_leaf_row(cs_reader *r, size_t li, const uint8_t *page, uint32_t i, int64_
 /* The record's values of the chosen columns into r->vals, in r->s->order (classes from serial
  * types; TEXT not yet checked for UTF-8; the REAL affinity applied). */
 int cs_row_values(cs_reader *r, payload *p, int64_t rowid);
+/* The values' bytes when they run onto overflow pages (the inline functions below call these
+ * only then). */
+int cs_value_number_chain(cs_reader *r, payload *p, const cs_value *v, int64_t *i, double *d);
+int cs_value_gather_chain(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out);
+
+/* The number of serial type v->t whose big-endian bytes are at b, as the class the column
+ * reads it as (v->cls: an INTEGER of a REAL column is REAL). */
+static inline void cs_number_of(const uint8_t *b, const cs_value *v, int64_t *i, double *d) {
+    if (v->t == 7) {
+        uint64_t bits = 0;
+        for (int k = 0; k < 8; k++) bits = (bits << 8) | b[k];
+        memcpy(d, &bits, 8);
+        return;
+    }
+    int64_t x = capsem_serial_int(b, v->t);
+    if (v->cls == CS_REAL) *d = (double)x;
+    else *i = x;
+}
+
 /* A numeric value (INTEGER or REAL serial types, `rowid` for the rowid column) as the class
- * the column reads it as. */
-int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, int64_t *i, double *d);
+ * the column reads it as. CS_OK or CS_UNREADABLE (a chain shorter than the payload says). */
+static inline int cs_value_number(cs_reader *r, payload *p, const cs_value *v, int64_t rowid, int64_t *i,
+                                  double *d) {
+    static const uint8_t none[8] = {0};
+    if (v->t == 0 && v->cls == CS_INTEGER) { /* the rowid column */
+        *i = rowid;
+        return CS_OK;
+    }
+    if (v->len && v->off + v->len > p->nlocal) return cs_value_number_chain(r, p, v, i, d);
+    cs_number_of(v->len ? p->local + v->off : none, v, i, d);
+    return CS_OK;
+}
+
 /* A TEXT or BLOB value's bytes in one piece: on the page, or gathered from its overflow
  * chain into the reader's scratch buffer (grown to the value's length, which the record
  * header bounded by the payload). CS_OK, CS_UNREADABLE (a chain shorter than the payload
- * says), CS_NO_MEMORY. */
-int cs_value_gather(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out);
+ * says), CS_NO_MEMORY. An empty value has no bytes to read, wherever it lies. */
+static inline int cs_value_gather(cs_reader *r, payload *p, const cs_value *v, const uint8_t **out) {
+    if (v->len && v->off + v->len > p->nlocal) return cs_value_gather_chain(r, p, v, out);
+    *out = p->local + (v->len ? v->off : 0);
+    return CS_OK;
+}
 
 #endif
