@@ -13,8 +13,15 @@
   time and the body names of the rows delivered. Target: at least 0.8x.
 * ``bodies-arrow``: ``pa.table(batch)`` of a 400 MB BodyBatch of the large sample against one
   copy of its buffer (``numpy.copy``, the least a copying export would cost). Target: under 5 ms.
+* ``scan-memory-model_items``: the growth of a fresh process's peak resident memory while it
+  reads the scan of ``model_items`` batch by batch, dropping each (pyarrow's
+  ``RecordBatchReader``), against the same holding every batch (``pa.table``) and the table's
+  Arrow bytes (``oracles/scan_memory.py``). Target: bounded, a few batches.
 
-A benchmark reports; it asserts only that both sides read the same rows.
+Every benchmark's ``extra_info`` holds its figures (best and median ms, the load average
+before and after; a contender its ratios to its group's baseline in this run and its target),
+for the results file collected from the JSON. A benchmark reports; it asserts only that both
+sides read the same rows.
 
     python -m pytest bench/bench_scan.py -q -s
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +46,44 @@ from capsem_core.events.tables import ms_time_us, text_time_us
 from capsem_core.ledger import Ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from baseline_events import EventReader  # noqa: E402
 from bench_events import PAGE_EVENTS, pages_ours  # noqa: E402  (Ledger.events paging every event table)
+from oracles.scan_memory import CLEAR_REFS, peak_in_child  # noqa: E402
 
 TABLES = ("model_items", "security_decision_events")
 BATCH_BYTES = 400 << 20
+MIB = 1 << 20
+
+# Each group's baseline figures, once it has run (the baselines are defined, so run, first).
+_BASELINES: dict[str, Any] = {}
+
+
+def _record(benchmark: Any, *, baseline: bool = False, target: float | None = None, target_ms: float | None = None,
+            load: float | None = None) -> None:
+    """The benchmark's figures into its extra_info: best and median ms, the load average around
+    it; a baseline's kept for its group, a contender's ratios to it (and whether its target,
+    a ratio or a time, is met)."""
+    stats = benchmark.stats.stats
+    info = benchmark.extra_info
+    info["min_ms"] = round(stats.min * 1000, 3)
+    info["median_ms"] = round(stats.median * 1000, 3)
+    info["load_average"] = [round(load if load is not None else os.getloadavg()[0], 2),
+                            round(os.getloadavg()[0], 2)]
+    if baseline:
+        info["baseline"] = True
+        _BASELINES[benchmark.group] = stats
+        return
+    base = _BASELINES.get(benchmark.group)
+    if base is not None:
+        info["vs_baseline_min"] = round(base.min / stats.min, 2)
+        info["vs_baseline_median"] = round(base.median / stats.median, 2)
+        if target is not None:
+            info["target_ratio"] = target
+            info["target_met"] = info["vs_baseline_min"] >= target
+    if target_ms is not None:
+        info["target_ms"] = target_ms
+        info["target_met"] = info["min_ms"] <= target_ms
 
 
 @pytest.fixture(scope="module")
@@ -89,30 +130,37 @@ def _count(small: Path, table: str) -> int:
 @pytest.mark.parametrize("table", TABLES)
 def test_scan_adbc_fetch_arrow_table(benchmark, adbc, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-{table}"
-    benchmark.extra_info["baseline"] = True
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(_adbc_rows, args=(adbc, table), rounds=5, iterations=1, warmup_rounds=1) == \
         _count(small, table)
+    _record(benchmark, baseline=True, load=load)
 
 
 @pytest.mark.parametrize("table", TABLES)
 def test_scan_default_threads(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-{table}"
+    load = os.getloadavg()[0]
     n = benchmark.pedantic(_scan_rows, args=(ledger, table), rounds=5, iterations=1, warmup_rounds=1)
     assert n == _count(small, table)
     benchmark.extra_info["rows_per_s"] = round(n / benchmark.stats.stats.min)
+    _record(benchmark, target=2.0, load=load)
 
 
 @pytest.mark.parametrize("table", TABLES)
 def test_scan_one_thread(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-{table}"
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(_scan_rows, args=(ledger, table, 1), rounds=5, iterations=1,
                               warmup_rounds=1) == _count(small, table)
+    _record(benchmark, target=1.2, load=load)
 
 
 @pytest.mark.parametrize("table", TABLES)
 def test_scan_statements_forced(benchmark, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-{table}"
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(_rows_path, args=(small, table), rounds=3, iterations=1) == _count(small, table)
+    _record(benchmark, load=load)
 
 
 # --- against Ledger.events as it was --------------------------------------------------------------
@@ -134,14 +182,18 @@ def _old_events(small: Path, table: str) -> int:
 @pytest.mark.parametrize("table", TABLES)
 def test_old_events_paging_one_table(benchmark, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-vs-old-events-{table}"
-    benchmark.extra_info["baseline"] = True
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(_old_events, args=(small, table), rounds=1, iterations=1) == _count(small, table)
+    _record(benchmark, baseline=True, load=load)
 
 
 @pytest.mark.parametrize("table", TABLES)
 def test_scan_against_old_events(benchmark, ledger: Ledger, small: Path, table: str) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = f"scan-vs-old-events-{table}"
-    assert benchmark.pedantic(_scan_rows, args=(ledger, table), rounds=3, iterations=1) == _count(small, table)
+    load = os.getloadavg()[0]
+    assert benchmark.pedantic(_scan_rows, args=(ledger, table), rounds=3, iterations=1, warmup_rounds=1) == \
+        _count(small, table)
+    _record(benchmark, target=20.0, load=load)
 
 
 # --- Ledger.events against the naive loop doing the same work -------------------------------------
@@ -188,14 +240,17 @@ def naive_events(directory: Path) -> int:
 
 def test_events_naive_loop(benchmark, small: Path) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = "events-vs-naive"
-    benchmark.extra_info["baseline"] = True
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(naive_events, args=(small.parent,), rounds=3, iterations=1) >= PAGE_EVENTS
+    _record(benchmark, baseline=True, load=load)
 
 
 def test_events_ledger(benchmark, small: Path) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = "events-vs-naive"
+    load = os.getloadavg()[0]
     assert benchmark.pedantic(pages_ours, args=(small.parent,), rounds=3, iterations=1) >= PAGE_EVENTS
     benchmark.extra_info["events_per_s"] = round(PAGE_EVENTS / benchmark.stats.stats.min)
+    _record(benchmark, target=0.8, load=load)
 
 
 # --- a BodyBatch as Arrow --------------------------------------------------------------------------
@@ -213,15 +268,47 @@ def big_batch(large: Path) -> Any:
 
 def test_bodies_copy_of_the_buffer(benchmark, big_batch: Any) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = "bodies-arrow"
-    benchmark.extra_info["baseline"] = True
+    load = os.getloadavg()[0]
     benchmark.pedantic(np.copy, args=(big_batch.buffer,), rounds=5, iterations=1)
+    _record(benchmark, baseline=True, load=load)
 
 
 def test_bodies_batch_to_arrow_table(benchmark, big_batch: Any) -> None:  # type: ignore[no-untyped-def]
     benchmark.group = "bodies-arrow"
+    load = os.getloadavg()[0]
     table = benchmark.pedantic(pa.table, args=(big_batch,), rounds=20, iterations=1, warmup_rounds=2)
     assert table.num_rows == len(big_batch)
     benchmark.extra_info["batch_bytes"] = big_batch.nbytes
     benchmark.extra_info["ms"] = round(benchmark.stats.stats.min * 1000, 3)
+    _record(benchmark, target_ms=5.0, load=load)
     print(f"\n{len(big_batch)} bodies, {big_batch.nbytes >> 20} MiB: pa.table(batch) in "
           f"{benchmark.stats.stats.min * 1000:.3f} ms (best of 20)")
+
+
+# --- memory: a scan read batch by batch ---------------------------------------------------------
+
+@pytest.mark.skipif(not CLEAR_REFS.exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_scan_peak_memory_model_items(benchmark, small: Path) -> None:  # type: ignore[no-untyped-def]
+    benchmark.group = "scan-memory-model_items"
+    load = os.getloadavg()[0]
+    figures: dict[str, dict[str, int]] = {}
+
+    def both() -> None:
+        for how, hold in (("streamed", False), ("held", True)):
+            figures[how] = peak_in_child(small.parent, "model_items", threads=0, batch_rows=1 << 16,
+                                         batch_bytes=64 << 20, hold=hold)
+
+    benchmark.pedantic(both, rounds=1, iterations=1)
+    streamed, held = figures["streamed"], figures["held"]
+    assert streamed["rows"] == held["rows"] == _count(small, "model_items") and streamed["pages"]
+    info = benchmark.extra_info
+    info["table_mib"] = round(streamed["table_bytes"] / MIB, 1)
+    info["batches"] = streamed["batches"]
+    info["batch_mib_max"] = round(streamed["batch_bytes_max"] / MIB, 1)
+    info["peak_growth_streamed_mib"] = round(streamed["peak_growth"] / MIB, 1)
+    info["peak_growth_held_mib"] = round(held["peak_growth"] / MIB, 1)
+    info["peak_growth_streamed_batches"] = round(streamed["peak_growth"] / max(streamed["batch_bytes_max"], 1), 2)
+    _record(benchmark, load=load)
+    print(f"\nmodel_items: {info['table_mib']} MiB as Arrow in {info['batches']} batches of at most "
+          f"{info['batch_mib_max']} MiB; peak RSS growth read batch by batch {info['peak_growth_streamed_mib']} MiB "
+          f"({info['peak_growth_streamed_batches']} batches), held whole {info['peak_growth_held_mib']} MiB")

@@ -209,6 +209,20 @@ def test_a_table_holding_rows_longer_than_a_page_reads_through_their_overflow_ch
     assert open_scan(db, "tool_calls").path == "pages"
 
 
+def test_values_lying_on_overflow_pages_scan_alone_empty_or_not(sample: Path, tmp_path: Path) -> None:
+    # Only the columns behind a long one are asked for: theirs are the first (or the only)
+    # bytes the scan takes from the overflow chain, some of them empty.
+    directory = _hostile_copy(sample, tmp_path)
+    db = directory / "session.db"
+    poke(db, "UPDATE tool_calls SET arguments = ? || id, response_preview = CASE id % 2 WHEN 0 THEN '' "
+             "ELSE CAST(? AS TEXT) END, origin = '' WHERE id % 3 = 0", ("x" * 20000, b"\xff" * 9000))
+    for columns in (["response_preview"], ["origin"], ["origin", "response_preview"]):
+        table = pa.table(open_scan(db, "tool_calls", columns=columns))
+        table.validate(full=True)
+        assert_same_rows(rows_of(table), select_star(db, "tool_calls", columns))
+        assert open_scan(db, "tool_calls", columns=columns).path == "pages"
+
+
 def test_chosen_columns_come_in_the_order_asked(sample: Path) -> None:
     with Ledger(sample) as ledger:
         table = pa.table(ledger.scan("dns_events", columns=["qname", "id", "rcode"]))

@@ -197,10 +197,12 @@ def _resolve_after(source: _columns.Source, table: TablePlan, after: str, db_pat
 
 
 def open_scan(db_path: os.PathLike[str] | str, table: str, *, columns: Sequence[str] | None = None,
-              after: str = "start", threads: int = 0, held: HeldFile | None = None, path: str | None = None) -> Scan:
+              after: str = "start", threads: int = 0, held: HeldFile | None = None, path: str | None = None,
+              batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES) -> Scan:
     """A ``Scan`` of ``table`` (see ``Ledger.scan``). ``held``: the caller's map of
     session.db, kept across scans (else the file is mapped for this one). ``path``: "rows"
-    forces the statements, for measuring both paths."""
+    forces the statements, for measuring both paths. ``batch_rows``, ``batch_bytes``: where
+    batches are cut (at least 1 each), for measuring a stream of many batches."""
     where = os.fspath(db_path)
     source, plan = open_source(where)
     held = held if held is not None else HeldFile(where)
@@ -215,8 +217,8 @@ def open_scan(db_path: os.PathLike[str] | str, table: str, *, columns: Sequence[
         source.use_map(file)
         pages = file is not None
         names = [c.name for c in table_plan.columns]
-        stream = source.stream(names, threads=cores.threads(threads), batch_rows=BATCH_ROWS, batch_bytes=BATCH_BYTES,
-                               end_txn=True)
+        stream = source.stream(names, threads=cores.threads(threads), batch_rows=max(1, batch_rows),
+                               batch_bytes=max(1, batch_bytes), end_txn=True)
         empties = [c.empty for c in table_plan.columns]
         planned = False
         if pages:

@@ -5,11 +5,12 @@
 ``HeldFile`` is session.db mapped once for a reader that reads it again and again (a
 Ledger's scans, an EventReader's pages), so the pages of one read are still in the process's
 page tables at the next: ``for_snapshot`` gives the map only where it is the snapshot of the
-source's open read transaction (``pages.tables.map_snapshot``'s rule:
-``db.main_file_is_snapshot`` once the transaction has read, and the mapped header equal to
-the one the transaction reads: page size and count, freelist, schema cookie), mapping the
-file anew when it has changed
-(a checkpoint grew it) and answering None where the pages must not stand in for SQL.
+source's open read transaction, by the rule every page reader follows
+(``db.main_file_is_snapshot`` once the transaction has read, and
+``pages.tables.header_is_snapshot``: the mapped header equal to the one the transaction reads),
+mapping the file anew when it has changed (a checkpoint grew it) and answering None where the
+pages must not stand in for SQL. It is ``pages.tables.HeldMap``'s counterpart for a column
+reader's ``Source`` and ``FileMap`` (the map this native module reads).
 """
 
 from __future__ import annotations
@@ -20,21 +21,13 @@ import threading
 from capsem_core import db
 from capsem_core.bodies.scan import page_scans
 from capsem_core._native import _columns
+from capsem_core.pages.tables import header_is_snapshot
 
 
 def open_source(db_path: os.PathLike[str] | str) -> tuple[_columns.Source, db.ReadPlan]:
     """A Source on session.db (no transaction yet) and the plan it was opened with."""
     plan = db.complete_plan(db_path)
     return _columns.Source(plan.uri, db.busy_timeout_ms(), os.fspath(db_path)), plan
-
-
-def same_file(header: dict[str, int] | None, source: _columns.Source) -> bool:
-    """Whether a mapped header is the one ``source``'s transaction reads."""
-    if header is None:
-        return False
-    want = [source.fetch(f"PRAGMA {p}")[0][0]
-            for p in ("page_size", "page_count", "freelist_count", "schema_version")]
-    return want == [header["page_size"], header["page_count"], header["freelist_count"], header["schema_cookie"]]
 
 
 class HeldFile:
@@ -51,23 +44,28 @@ class HeldFile:
         already); else None. ``CAPSEM_CORE_PAGE_SCANS=0`` answers None always."""
         if not page_scans() or not source.in_transaction or not db.main_file_is_snapshot(self.db_path, plan):
             return None
+
+        def pragma(name: str) -> object:
+            return source.fetch(f"PRAGMA {name}")[0][0]
+
         with self._lock:
-            if self._file is not None and same_file(self._file.header(), source):
+            if self._file is not None and header_is_snapshot(self._file.header(), pragma):
                 return self._file
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._drop()
             try:
                 self._file = _columns.FileMap(self.db_path)
             except OSError:
                 return None  # SQL then says what is wrong with the file
-            return self._file if same_file(self._file.header(), source) else None
+            return self._file if header_is_snapshot(self._file.header(), pragma) else None
+
+    def _drop(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._drop()
 
 
-__all__ = ["HeldFile", "open_source", "same_file"]
+__all__ = ["HeldFile", "open_source"]

@@ -1,6 +1,7 @@
 """What a native page scan of session.db checks before it runs: that the mapped file is the one
 SQLite reads and the snapshot of the reader's transaction (``map_snapshot``, ``same_file``,
-``HeldMap``), and which record column of a table's rows holds which declared column.
+``HeldMap``; ``header_is_snapshot``, the header's half of that rule, serves the column
+reader's map too), and which record column of a table's rows holds which declared column.
 
 A scan of session.db's own pages (``_pages.PageFile.records``) reads record columns by number,
 so before one runs, its caller asks here where each column it wants is stored, and whether
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from capsem_core import db
 from capsem_core._native import _pages
@@ -57,16 +58,27 @@ def record_columns(conn: sqlite3.Connection, table: str, names: Sequence[str], i
     return sorted(out)   # record order (ROWID, -1, first)
 
 
-def same_file(pages: _pages.PageFile, conn: sqlite3.Connection) -> bool:
-    """Whether the mapped file's header is the one ``conn``'s snapshot reads (page size and
-    count, freelist size, schema cookie): else the map is not the file SQLite reads (replaced,
-    or grown by a checkpoint since it was mapped), and a scan of it must not stand in for SQL."""
-    header = pages.header()
+# What a map's header is compared on, as the PRAGMAs a transaction reads it (in this order).
+SNAPSHOT_PRAGMAS = ("page_size", "page_count", "freelist_count", "schema_version")
+
+
+def header_is_snapshot(header: Mapping[str, int] | None, pragma: Callable[[str], object]) -> bool:
+    """Whether a mapped file's header (page size and count, freelist size, schema cookie) is the
+    one a transaction reads, ``pragma(name)`` giving that transaction's value of each of
+    SNAPSHOT_PRAGMAS (asked only when there is a header): else the map is not the file SQLite
+    reads (replaced, or grown by a checkpoint since it was mapped), and a scan of it must not
+    stand in for SQL. The one rule for both page readers: ``same_file`` feeds it from a sqlite3
+    connection, ``columns.source`` from a column reader's ``Source``."""
     if header is None:
         return False
-    want = [int(conn.execute(f"PRAGMA {p}").fetchone()[0])
-            for p in ("page_size", "page_count", "freelist_count", "schema_version")]
-    return want == [header["page_size"], header["page_count"], header["freelist_count"], header["schema_cookie"]]
+    return [pragma(p) for p in SNAPSHOT_PRAGMAS] == [header["page_size"], header["page_count"],
+                                                     header["freelist_count"], header["schema_cookie"]]
+
+
+def same_file(pages: _pages.PageFile, conn: sqlite3.Connection) -> bool:
+    """Whether the mapped file's header is the one ``conn``'s snapshot reads
+    (``header_is_snapshot``)."""
+    return header_is_snapshot(pages.header(), lambda p: int(conn.execute(f"PRAGMA {p}").fetchone()[0]))
 
 
 def root_page(conn: sqlite3.Connection, table: str) -> int | None:
@@ -139,4 +151,5 @@ class HeldMap:
             self.file = None
 
 
-__all__ = ["HeldMap", "map_snapshot", "mapped", "reads_the_file", "record_columns", "root_page", "same_file", "utf8"]
+__all__ = ["SNAPSHOT_PRAGMAS", "HeldMap", "header_is_snapshot", "map_snapshot", "mapped", "reads_the_file",
+           "record_columns", "root_page", "same_file", "utf8"]

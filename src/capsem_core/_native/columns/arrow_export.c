@@ -39,6 +39,36 @@ void cs_mem_unref(cs_mem *m) {
     free(m);
 }
 
+/* A node's children: `n` zeroed structures of `size` bytes and the array of pointers to them
+ * that Arrow walks (both NULL for none). 0 or -1. */
+static int kids_new(void ***kids, void **structs, int n, size_t size) {
+    *kids = NULL;
+    *structs = NULL;
+    if (n <= 0) return 0;
+    *kids = calloc((size_t)n, sizeof **kids);
+    *structs = calloc((size_t)n, size);
+    if (!*kids || !*structs) {
+        free(*kids);
+        free(*structs);
+        *kids = NULL;
+        *structs = NULL;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) (*kids)[i] = (char *)*structs + (size_t)i * size;
+    return 0;
+}
+
+/* Release the children still in a node (one moved out by the consumer is marked released),
+ * then free them. */
+static void kids_free(void **kids, void *structs, int64_t n, void (*release)(void *)) {
+    for (int64_t i = 0; i < n; i++) release(kids[i]);
+    free(structs);
+    free(kids);
+}
+
+static void release_array_kid(void *a) { cs_array_release(a); }
+static void release_schema_kid(void *s) { cs_schema_release(s); }
+
 /* What an array node allocates for itself, besides the shared buffers. */
 typedef struct {
     cs_mem *mem;
@@ -49,13 +79,8 @@ typedef struct {
 
 static void release_array(struct ArrowArray *a) {
     array_node *node = a->private_data;
-    for (int64_t i = 0; i < a->n_children; i++) {
-        struct ArrowArray *kid = node->kids[i];
-        if (kid->release) kid->release(kid); /* a child moved out was marked released */
-    }
+    kids_free((void **)node->kids, node->kid_structs, a->n_children, release_array_kid);
     cs_mem_unref(node->mem);
-    free(node->kid_structs);
-    free(node->kids);
     free(node);
     a->release = NULL;
 }
@@ -65,16 +90,9 @@ int cs_array_node(struct ArrowArray *out, cs_mem *m, int64_t length, int64_t nul
     memset(out, 0, sizeof *out);
     array_node *node = calloc(1, sizeof *node);
     if (!node) return -1;
-    if (nkids > 0) {
-        node->kids = calloc((size_t)nkids, sizeof *node->kids);
-        node->kid_structs = calloc((size_t)nkids, sizeof *node->kid_structs);
-        if (!node->kids || !node->kid_structs) {
-            free(node->kids);
-            free(node->kid_structs);
-            free(node);
-            return -1;
-        }
-        for (int i = 0; i < nkids; i++) node->kids[i] = &node->kid_structs[i];
+    if (kids_new((void ***)&node->kids, (void **)&node->kid_structs, nkids, sizeof *node->kid_structs)) {
+        free(node);
+        return -1;
     }
     node->buffers[0] = b0;
     node->buffers[1] = b1;
@@ -104,14 +122,9 @@ typedef struct {
 
 static void release_schema(struct ArrowSchema *s) {
     schema_node *node = s->private_data;
-    for (int64_t i = 0; i < s->n_children; i++) {
-        struct ArrowSchema *kid = node->kids[i];
-        if (kid->release) kid->release(kid);
-    }
+    kids_free((void **)node->kids, node->kid_structs, s->n_children, release_schema_kid);
     free(node->format);
     free(node->name);
-    free(node->kid_structs);
-    free(node->kids);
     free(node);
     s->release = NULL;
 }
@@ -122,19 +135,13 @@ int cs_schema_node(struct ArrowSchema *out, const char *format, const char *name
     if (!node) return -1;
     node->format = strdup(format);
     node->name = name ? strdup(name) : NULL;
-    if (nkids > 0) {
-        node->kids = calloc((size_t)nkids, sizeof *node->kids);
-        node->kid_structs = calloc((size_t)nkids, sizeof *node->kid_structs);
-    }
-    if (!node->format || (name && !node->name) || (nkids > 0 && (!node->kids || !node->kid_structs))) {
+    if (!node->format || (name && !node->name) ||
+        kids_new((void ***)&node->kids, (void **)&node->kid_structs, nkids, sizeof *node->kid_structs)) {
         free(node->format);
         free(node->name);
-        free(node->kids);
-        free(node->kid_structs);
         free(node);
         return -1;
     }
-    for (int i = 0; i < nkids; i++) node->kids[i] = &node->kid_structs[i];
     out->format = node->format;
     out->name = node->name;
     out->flags = flags;
@@ -194,12 +201,17 @@ int cs_stream_of_one(struct ArrowSchema *schema, struct ArrowArray *array, struc
     b->array = *array;
     memset(schema, 0, sizeof *schema);
     memset(array, 0, sizeof *array);
-    out->get_schema = one_schema;
-    out->get_next = one_next;
-    out->get_last_error = one_error;
-    out->release = one_release;
-    out->private_data = b;
+    static const cs_stream_ops ops = {one_schema, one_next, one_error, one_release};
+    cs_stream_init(out, &ops, b);
     return 0;
+}
+
+void cs_stream_init(struct ArrowArrayStream *out, const cs_stream_ops *ops, void *private_data) {
+    out->get_schema = ops->get_schema;
+    out->get_next = ops->get_next;
+    out->get_last_error = ops->get_last_error;
+    out->release = ops->release;
+    out->private_data = private_data;
 }
 
 void cs_array_release(struct ArrowArray *a) {
@@ -207,5 +219,9 @@ void cs_array_release(struct ArrowArray *a) {
 }
 
 void cs_schema_release(struct ArrowSchema *s) {
+    if (s && s->release) s->release(s);
+}
+
+void cs_stream_release(struct ArrowArrayStream *s) {
     if (s && s->release) s->release(s);
 }

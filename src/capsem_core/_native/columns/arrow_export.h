@@ -50,12 +50,24 @@ struct ArrowSchema *cs_schema_child(struct ArrowSchema *parent, int i);
 /* A deep copy of schema `src` into `out` (for a stream's get_schema, each call its own). */
 int cs_schema_copy(const struct ArrowSchema *src, struct ArrowSchema *out);
 
+/* The four callbacks of a stream this module hands out. */
+typedef struct {
+    int (*get_schema)(struct ArrowArrayStream *, struct ArrowSchema *);
+    int (*get_next)(struct ArrowArrayStream *, struct ArrowArray *);
+    const char *(*get_last_error)(struct ArrowArrayStream *);
+    void (*release)(struct ArrowArrayStream *);
+} cs_stream_ops;
+
+/* Fill `out` as a live stream of `ops` on `private_data`. */
+void cs_stream_init(struct ArrowArrayStream *out, const cs_stream_ops *ops, void *private_data);
+
 /* A stream of the one batch `array` (moved in: `array` is left released) of schema `schema`
  * (moved in too), for data already built whole. 0 or -1. */
 int cs_stream_of_one(struct ArrowSchema *schema, struct ArrowArray *array, struct ArrowArrayStream *out);
 
-/* Release `a` / `s` if it is live (release not NULL). */
+/* Release `a` / `s` if it is live (release not NULL; NULL is none). */
 void cs_array_release(struct ArrowArray *a);
 void cs_schema_release(struct ArrowSchema *s);
+void cs_stream_release(struct ArrowArrayStream *s);
 
 #endif

@@ -77,12 +77,60 @@ typedef struct {
 int cs_col_init(cs_col *c, const cs_layout *lay, int64_t rows, const int64_t *counts, const int64_t *bytes);
 void cs_col_free(cs_col *c);
 
-int cs_col_null(cs_col *c);
-int cs_col_int(cs_col *c, int64_t v);
-int cs_col_real(cs_col *c, double v);
+/* Append a value: 0, or -1 when memory ran out or the column does not take its class. The
+ * common case (a plain column with room, as the page path's exact sizes always leave) is
+ * inline, without a call per value; growth and a union's children are cs_col_add_*. */
+int cs_col_add_null(cs_col *c);
+int cs_col_add_int(cs_col *c, int64_t v);
+int cs_col_add_real(cs_col *c, double v);
 /* Room for `len` bytes of a value of class `cls` (TEXT, TEXT_BYTES or BLOB), appended: the
  * caller writes them there. NULL when memory ran out or the batch's offsets would overflow. */
-uint8_t *cs_col_bytes(cs_col *c, uint8_t cls, uint32_t len);
+uint8_t *cs_col_add_bytes(cs_col *c, uint8_t cls, uint32_t len);
+
+static inline void cs_vec_valid(cs_vec *v) {
+    if (v->valid) v->valid[v->n >> 3] |= (uint8_t)(1u << (v->n & 7));
+}
+
+static inline int cs_col_null(cs_col *c) {
+    cs_vec *v = &c->plain;
+    if (c->lay->plain == CS_UNION || v->cls == CS_NULL || v->n >= v->cap) return cs_col_add_null(c);
+    if (v->values) ((int64_t *)v->values)[v->n] = 0;
+    else v->offs[v->n + 1] = (int32_t)v->data_len;
+    v->n++;
+    v->nulls++;
+    return 0;
+}
+
+/* Where the next value of a plain number column of class `cls` goes (marked valid), when it
+ * has room; else NULL, for the general path. */
+static inline void *cs_col_slot(cs_col *c, uint8_t cls) {
+    cs_vec *v = &c->plain;
+    if (c->lay->plain != cls || v->n >= v->cap) return NULL;
+    cs_vec_valid(v);
+    return (int64_t *)v->values + v->n++;
+}
+
+static inline int cs_col_int(cs_col *c, int64_t x) {
+    int64_t *at = cs_col_slot(c, CS_INTEGER);
+    return at ? (*at = x, 0) : cs_col_add_int(c, x);
+}
+
+static inline int cs_col_real(cs_col *c, double x) {
+    double *at = cs_col_slot(c, CS_REAL);
+    return at ? (*at = x, 0) : cs_col_add_real(c, x);
+}
+
+static inline uint8_t *cs_col_bytes(cs_col *c, uint8_t cls, uint32_t len) {
+    cs_vec *v = &c->plain;
+    int64_t end = v->data_len + (int64_t)len;
+    if (c->lay->plain != cls || v->n >= v->cap || end + CS_DATA_SLACK > v->data_cap || end > INT32_MAX)
+        return cs_col_add_bytes(c, cls, len);
+    uint8_t *at = v->data + v->data_len;
+    cs_vec_valid(v);
+    v->data_len = end;
+    v->offs[++v->n] = (int32_t)end;
+    return at;
+}
 
 /* Hand the columns' buffers to a new cs_mem and fill `out` as a struct array of `rows` rows
  * (the columns are left empty). 0 or -1 (out released, buffers freed). */

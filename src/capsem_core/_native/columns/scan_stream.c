@@ -374,10 +374,7 @@ int cs_stream_export(cs_stream *st, struct ArrowArrayStream *out) {
     if (workers > 0 && st->nthreads == 0) return -1;
     st->started = 1;
     cs_stream_ref(st);
-    out->get_schema = stream_get_schema;
-    out->get_next = stream_get_next;
-    out->get_last_error = stream_last_error;
-    out->release = stream_release;
-    out->private_data = st;
+    static const cs_stream_ops ops = {stream_get_schema, stream_get_next, stream_last_error, stream_release};
+    cs_stream_init(out, &ops, st);
     return 0;
 }

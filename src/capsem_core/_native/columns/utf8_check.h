@@ -1,7 +1,8 @@
 /* Whether bytes are valid UTF-8 as RFC 3629 defines it (what Python's strict decoder and
  * Arrow's utf8 type accept): no overlong forms, no surrogates (U+D800..U+DFFF), nothing past
- * U+10FFFF. The state carries across pieces, so a text read from an overflow chain page by
- * page is checked without being gathered first. ASCII runs are taken eight bytes at a time. */
+ * U+10FFFF. A text is checked in one piece (a value on overflow pages is gathered first,
+ * scan_leaves.h); the state machine would also carry across pieces. ASCII runs are taken
+ * eight bytes at a time. */
 #ifndef CAPSEM_UTF8_CHECK_H
 #define CAPSEM_UTF8_CHECK_H
 
