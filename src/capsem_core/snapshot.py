@@ -37,9 +37,12 @@ from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, refu
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_NOTADB = 26  # sqlite3.h: "file is not a database"
-# Pages are read through a memory map (SQLite still bounds-checks every page): quick_check
-# and the scans then skip a copy per page, about a tenth of quick_check's time.
-READ_MMAP_BYTES = 1 << 31
+# SQLite reads pages with read(2) into its own small page cache, not through a memory map:
+# a map keeps every page it touched resident until the connection closes (each of a check's
+# connections mapping session.db anew: 2.2 times the file, resident, at 1,000,000 bodies),
+# and on this build's quick_check it saves 0-5% of the CPU (docs/performance.md, "Resident
+# memory"). Set on every connection, so a system build with a default map is overruled.
+READ_MMAP_BYTES = 0
 
 
 def refuse_symlinks(db_path: Path, *, archive: bool) -> None:
