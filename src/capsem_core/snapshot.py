@@ -228,6 +228,12 @@ class Snapshot:
             self._index = scan_index(self, keys=keys, threads=threads, alongside=alongside)
         return self._index
 
+    def release_index(self) -> None:
+        """Forget the body index and the extent walk read with it (a check's steps that read
+        them are done): their arrays go with the last holder; a later ``index()`` scans again."""
+        self._index = None
+        self.walk = None
+
     def blocks(self) -> Blocks:
         """body_blocks in this snapshot (the index's, when it has been scanned)."""
         return self._index.blocks if self._index is not None else scan_blocks(self)

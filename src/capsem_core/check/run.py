@@ -148,7 +148,8 @@ class _Check:
         return [
             Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
             Step("tables", lambda conn, _schema: _tables(conn, checks["tables"]), needs=("schema",)),
-            Step("body_index", self._body_index, needs=("tables",)),
+            Step("body_index", self._body_index, needs=("tables",), transient=True,
+                 release=self.snapshot.release_index),
             Step("body_archive", lambda conn, index: check_body_archive(self.snapshot, index, checks["body_archive"]),
                  needs=("body_index",)),
             Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
@@ -162,10 +163,10 @@ class _Check:
                                                                           checks["tool_usage"]), needs=("tables",)),
             Step("previews", lambda conn, t: sql_checks.check_previews(conn, t.names, t.counts, self.report.rows,
                                                                       checks["previews"]), needs=("tables",)),
-            Step("verify_bodies", self._verify, needs=("body_archive",)),
+            Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
             Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
             *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index", "page_map"), pool=True,
-                    cost=_AHEAD)] if scanning else []),
+                    cost=_AHEAD, transient=True, release=self._release_graph)] if scanning else []),
             *parts,
         ]
 
@@ -186,7 +187,7 @@ class _Check:
             counts = sql_checks.tool_lifecycle_counts(conn, tables.names)
         sql_checks.fill_tool_lifecycle(result, tables.counts, counts)
 
-    def _verify(self, conn: sqlite3.Connection, archive_sound: bool) -> VerifyStep | None:
+    def _verify(self, conn: sqlite3.Connection, archive_sound: bool, _index: BodyIndex | None) -> VerifyStep | None:
         result = self.report.checks["verify_bodies"]
         if not self.report.verify_bodies:
             result.skip("not requested (--verify-bodies reads every body back through its hash)")
@@ -202,6 +203,11 @@ class _Check:
         mapped; after the body index's pass: its codes are the graph's meanwhile)."""
         assert self.snapshot.pages is not None and self.graph is not None
         return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
+
+    def _release_graph(self) -> None:
+        """The identity graph's arrays go once its parts and the tool lifecycle have read them."""
+        self.graph = None
+        self.alongside = None
 
     def _part(self, i: int) -> Any:
         sql = identity.session_parts(session_stopped(self.row))[i]
