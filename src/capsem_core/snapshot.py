@@ -45,6 +45,23 @@ SQLITE_NOTADB = 26  # sqlite3.h: "file is not a database"
 READ_MMAP_BYTES = 0
 
 
+def read_ahead_budget() -> int:
+    """The most a check reads ahead into the page cache: half the memory the system reports
+    available (Linux's MemAvailable, else the free pages), so read-ahead never pushes out
+    what its own readers are about to use; 0 where the system says neither."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def refuse_symlinks(db_path: Path, *, archive: bool) -> None:
     """Refuse a ledger reached through a symbolic link, as ``Ledger`` and the sessions
     resolver do: the session directory (the parent as given, not resolved), session.db and,
@@ -133,6 +150,8 @@ class Snapshot:
         self._own_reader = False
         self._extra: list[sqlite3.Connection] = []
         self._index: BodyIndex | None = None
+        self._ahead: _archive.ReadAhead | None = None
+        self._ahead_bodies = False
 
     @classmethod
     def open(cls, db_path: os.PathLike[str] | str, *, workers: int = 0) -> Snapshot:
@@ -214,7 +233,26 @@ class Snapshot:
         if self._reader is None:
             self._reader = _archive.ArchiveReader(self.bodies_path)
             self._own_reader = True
+            if self._ahead is not None and self._ahead_bodies:
+                self._ahead.add(self._reader.fileno(), self._reader.size)
         return self._reader
+
+    def read_ahead(self, *, bodies: bool) -> None:
+        """Stream session.db into the page cache ahead of this snapshot's readers, then, with
+        ``bodies``, session.bodies once its reader is open (``_archive.ReadAhead``: file order,
+        through the descriptors already open, at most ``read_ahead_budget()`` bytes), so a
+        check from a cold cache reads at the disk's pace rather than a fault at a time. Only
+        where the pages are mapped (the file is the snapshot); stopped by ``close``."""
+        if self._ahead is not None or self.pages is None:
+            return
+        budget = read_ahead_budget()
+        if budget <= 0:
+            return
+        self._ahead = _archive.ReadAhead(budget)
+        self._ahead_bodies = bodies
+        self._ahead.add(self.pages.fileno(), self.pages.size)
+        if bodies and self._reader is not None:
+            self._ahead.add(self._reader.fileno(), self._reader.size)
 
     @property
     def reader(self) -> _archive.ArchiveReader | None:
@@ -264,6 +302,9 @@ class Snapshot:
 
     def close(self) -> None:
         """End the transaction and close what this snapshot opened (not what it borrowed)."""
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
         if not self._owned:
             return
         for conn in (*self.workers, *self._extra):
@@ -286,4 +327,4 @@ class Snapshot:
         self.close()
 
 
-__all__ = ["READ_MMAP_BYTES", "SQLITE_MAGIC", "Snapshot", "open_read_only", "refuse_symlinks"]
+__all__ = ["READ_MMAP_BYTES", "SQLITE_MAGIC", "Snapshot", "open_read_only", "read_ahead_budget", "refuse_symlinks"]

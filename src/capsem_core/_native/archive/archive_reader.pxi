@@ -399,6 +399,10 @@ cdef class ArchiveReader:
         vf[n] = <int64_t>walk.table.n
         return walk
 
+    def fileno(self):
+        """The descriptor of the open file (-1 once closed), for a ReadAhead."""
+        return self.f.fd
+
     def file_was_replaced(self):
         """True when the path no longer names the file opened (renamed over, removed)."""
         return bool(capsem_file_replaced(&self.f, self.cpath))

@@ -355,6 +355,10 @@ cdef class PageFile:
         """Bytes mapped (the file's size when it was opened)."""
         return self.f.size
 
+    def fileno(self):
+        """The descriptor of the open file (-1 once closed), for a read-ahead of it."""
+        return self.f.fd
+
     def header(self):
         """The database header as SQLite reads it (dict), or None when SQLite would not open it."""
         cdef capsem_page_header h
