@@ -237,15 +237,16 @@ class Snapshot:
                 self._ahead.add(self._reader.fileno(), self._reader.size)
         return self._reader
 
-    def read_ahead(self, *, bodies: bool) -> None:
+    def read_ahead(self, *, bodies: bool, share: float = 1.0) -> None:
         """Stream session.db into the page cache ahead of this snapshot's readers, then, with
         ``bodies``, session.bodies once its reader is open (``_archive.ReadAhead``: file order,
-        through the descriptors already open, at most ``read_ahead_budget()`` bytes), so a
-        check from a cold cache reads at the disk's pace rather than a fault at a time. Only
-        where the pages are mapped (the file is the snapshot); stopped by ``close``."""
+        through the descriptors already open), so a check from a cold cache reads at the
+        disk's pace rather than a fault at a time. At most ``share`` (this check's share of the
+        machine, when several run at once) of ``read_ahead_budget()`` bytes. Only where the
+        pages are mapped (the file is the snapshot); stopped by ``close``."""
         if self._ahead is not None or self.pages is None:
             return
-        budget = read_ahead_budget()
+        budget = int(read_ahead_budget() * min(1.0, max(0.0, share)))
         if budget <= 0:
             return
         self._ahead = _archive.ReadAhead(budget)

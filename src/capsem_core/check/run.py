@@ -62,8 +62,9 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
         raise LedgerError(_sqlite_message(exc), db_path) from None
     try:
         # Evidence is usually read from disk, not from memory: the files stream in ahead of
-        # the steps that read them (a no-op where they are cached already).
-        snapshot.read_ahead(bodies=verify_bodies)
+        # the steps that read them (a no-op where they are cached already), this check's share
+        # of the page cache when a fleet runs several at once.
+        snapshot.read_ahead(bodies=verify_bodies, share=cores.threads(page_threads) / cores.available())
         check = _Check(snapshot, rows, verify_bodies, progress, route, options)
         outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
         check.fill(outcome)
