@@ -387,6 +387,8 @@ cdef class ArchiveReader:
             kept = walk.table.n
             with nogil:
                 st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
+                # Headers only, each at most once: the pages they lie on need not stay mapped.
+                capsem_map_drop(self.f.map, self.f.size, b, b + d if b + d <= self.f.size else self.f.size)
             if st == CAPSEM_E_NOMEM:
                 raise MemoryError("no memory for the segment table")
             if st != CAPSEM_OK:
