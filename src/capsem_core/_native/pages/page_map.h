@@ -99,8 +99,9 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
                          uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w);
 
 /* A cheap estimate of the pages of each root's tree: the product of the fan-outs down its
- * left-most path (a few pages read per tree), for ordering the per-table checks largest
- * first. 0 for a root that cannot be read. */
+ * left-most path (a few pages read per tree, every tree's next level asked of the page cache
+ * together: page_summary.c), for ordering the per-table checks largest first. 0 for a root
+ * that cannot be read. */
 void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
                           size_t nroots, uint64_t *out);
 

@@ -1,7 +1,12 @@
-/* Each page of a database file summarised in file order for the page walk (page_summary.h). */
+/* What the page walk reads of a database file before it follows the trees (page_summary.h):
+ * each page summarised in file order, and each tree's size estimated for ordering the
+ * per-table checks (page_map.h). */
+#include <stdlib.h>
 #include <string.h>
 
+#include "archive_file.h"
 #include "big_alloc.h"
+#include "map_guard.h"
 #include "page_cells.h"
 #include "page_summary.h"
 
@@ -10,6 +15,17 @@
 static inline uint32_t get2(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
 static inline uint32_t get4(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Page `pgno` (1 <= pgno <= page_count <= the file's pages) of the map, or `scratch` holding
+ * it when the file ends inside it (SQLite reads the missing bytes as zeros). */
+static const uint8_t *page_of(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint64_t pgno,
+                              uint8_t *scratch) {
+    uint64_t off = (pgno - 1) * h->page_size;
+    if (off + h->page_size <= size) return map + off;
+    memset(scratch, 0, h->page_size);
+    if (off < size) memcpy(scratch, map + off, (size_t)(size - off));
+    return scratch;
 }
 
 void capsem_summary_free(capsem_page_summary *s) {
@@ -73,14 +89,8 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
             capsem_summary_free(s);
             return 1;
         }
-        uint64_t off = (p - 1) * h->page_size;
-        capsem_window_touch(win, off);
-        const uint8_t *page = map + off;
-        if (off + h->page_size > size) { /* the file ends inside this page: SQLite reads zeros */
-            memset(scratch, 0, h->page_size);
-            if (off < size) memcpy(scratch, map + off, (size_t)(size - off));
-            page = scratch;
-        }
+        capsem_window_touch(win, (p - 1) * h->page_size);
+        const uint8_t *page = page_of(map, size, h, p, scratch);
         s->at[p] = (uint32_t)n;
         uint32_t hdr = p == 1 ? 100 : 0;
         uint8_t type = page[hdr];
@@ -104,4 +114,67 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
     }
     s->at[count + 1] = (uint32_t)n;
     return 0;
+}
+
+void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
+                          size_t nroots, uint64_t *out) {
+    memset(out, 0, nroots * sizeof *out);
+    uint8_t *scratch = malloc(h->page_size);
+    uint32_t *at = malloc((nroots ? nroots : 1) * sizeof *at);
+    uint64_t *level = malloc((nroots ? nroots : 1) * sizeof *level);
+    if (!scratch || !at || !level) {
+        free(scratch);
+        free(at);
+        free(level);
+        return;
+    }
+    for (size_t i = 0; i < nroots; i++) {
+        at[i] = roots[i];
+        level[i] = 1;
+    }
+    if (sigsetjmp(capsem_guard_env, 1) != 0) {
+        free(scratch);
+        free(at);
+        free(level);
+        return;
+    }
+    capsem_guard_range(map, size);
+    capsem_guard_armed = 1;
+    /* Every tree one level at a time, the level's pages asked for together first: from a cold
+     * page cache that is one wait on the disk per level, not one per page (a ledger has about
+     * a hundred trees). at[i] == 0: tree i is done. */
+    for (unsigned depth = 0; depth < CAPSEM_PAGES_MAX_DEPTH; depth++) {
+        int any = 0;
+        for (size_t i = 0; i < nroots; i++) {
+            if (at[i] == 0 || at[i] > h->page_count) continue;
+            uint64_t off = (uint64_t)(at[i] - 1) * h->page_size;
+            capsem_map_advise(map, size, off, off + h->page_size, ADVICE_WILLNEED, 0);
+            any = 1;
+        }
+        if (!any) break;
+        for (size_t i = 0; i < nroots; i++) {
+            uint32_t pgno = at[i];
+            at[i] = 0;
+            if (pgno == 0 || pgno > h->page_count) continue;
+            const uint8_t *page = page_of(map, size, h, pgno, scratch);
+            uint32_t hdr = pgno == 1 ? 100 : 0;
+            uint8_t type = page[hdr];
+            if (type != 0x02 && type != 0x05 && type != 0x0A && type != 0x0D) continue;
+            out[i] += level[i];
+            if (out[i] >= h->page_count || (type & 0x08)) continue;
+            uint32_t ncell = get2(page + hdr + 3);
+            if (ncell > (h->page_size - 8) / 6) continue;
+            level[i] *= (uint64_t)ncell + 1;
+            if (level[i] > h->page_count) level[i] = h->page_count;
+            uint32_t pc = ncell ? get2(page + hdr + 12) : 0;
+            if (ncell && pc > h->usable - 4) continue;
+            at[i] = ncell ? get4(page + pc) : get4(page + hdr + 8);
+        }
+    }
+    capsem_guard_armed = 0;
+    for (size_t i = 0; i < nroots; i++)
+        if (out[i] > h->page_count) out[i] = h->page_count;
+    free(scratch);
+    free(at);
+    free(level);
 }
