@@ -37,9 +37,29 @@ from capsem_core.paths import SESSION_BODIES, SESSION_DB, archive_path_for, refu
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_NOTADB = 26  # sqlite3.h: "file is not a database"
-# Pages are read through a memory map (SQLite still bounds-checks every page): quick_check
-# and the scans then skip a copy per page, about a tenth of quick_check's time.
-READ_MMAP_BYTES = 1 << 31
+# SQLite reads pages with read(2) into its own small page cache, not through a memory map:
+# a map keeps every page it touched resident until the connection closes (each of a check's
+# connections mapping session.db anew: 2.2 times the file, resident, at 1,000,000 bodies),
+# and on this build's quick_check it saves 0-5% of the CPU (docs/performance.md, "Resident
+# memory"). Set on every connection, so a system build with a default map is overruled.
+READ_MMAP_BYTES = 0
+
+
+def read_ahead_budget() -> int:
+    """The most a check reads ahead into the page cache: half the memory the system reports
+    available (Linux's MemAvailable, else the free pages), so read-ahead never pushes out
+    what its own readers are about to use; 0 where the system says neither."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def refuse_symlinks(db_path: Path, *, archive: bool) -> None:
@@ -130,6 +150,8 @@ class Snapshot:
         self._own_reader = False
         self._extra: list[sqlite3.Connection] = []
         self._index: BodyIndex | None = None
+        self._ahead: _archive.ReadAhead | None = None
+        self._ahead_bodies = False
 
     @classmethod
     def open(cls, db_path: os.PathLike[str] | str, *, workers: int = 0) -> Snapshot:
@@ -211,7 +233,27 @@ class Snapshot:
         if self._reader is None:
             self._reader = _archive.ArchiveReader(self.bodies_path)
             self._own_reader = True
+            if self._ahead is not None and self._ahead_bodies:
+                self._ahead.add(self._reader.fileno(), self._reader.size)
         return self._reader
+
+    def read_ahead(self, *, bodies: bool, share: float = 1.0) -> None:
+        """Stream session.db into the page cache ahead of this snapshot's readers, then, with
+        ``bodies``, session.bodies once its reader is open (``_archive.ReadAhead``: file order,
+        through the descriptors already open), so a check from a cold cache reads at the
+        disk's pace rather than a fault at a time. At most ``share`` (this check's share of the
+        machine, when several run at once) of ``read_ahead_budget()`` bytes. Only where the
+        pages are mapped (the file is the snapshot); stopped by ``close``."""
+        if self._ahead is not None or self.pages is None:
+            return
+        budget = int(read_ahead_budget() * min(1.0, max(0.0, share)))
+        if budget <= 0:
+            return
+        self._ahead = _archive.ReadAhead(budget)
+        self._ahead_bodies = bodies
+        self._ahead.add(self.pages.fileno(), self.pages.size)
+        if bodies and self._reader is not None:
+            self._ahead.add(self._reader.fileno(), self._reader.size)
 
     @property
     def reader(self) -> _archive.ArchiveReader | None:
@@ -224,6 +266,12 @@ class Snapshot:
         if self._index is None or (keys and self._index.keys is None):
             self._index = scan_index(self, keys=keys, threads=threads, alongside=alongside)
         return self._index
+
+    def release_index(self) -> None:
+        """Forget the body index and the extent walk read with it (a check's steps that read
+        them are done): their arrays go with the last holder; a later ``index()`` scans again."""
+        self._index = None
+        self.walk = None
 
     def blocks(self) -> Blocks:
         """body_blocks in this snapshot (the index's, when it has been scanned)."""
@@ -255,6 +303,9 @@ class Snapshot:
 
     def close(self) -> None:
         """End the transaction and close what this snapshot opened (not what it borrowed)."""
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
         if not self._owned:
             return
         for conn in (*self.workers, *self._extra):
@@ -277,4 +328,4 @@ class Snapshot:
         self.close()
 
 
-__all__ = ["READ_MMAP_BYTES", "SQLITE_MAGIC", "Snapshot", "open_read_only", "refuse_symlinks"]
+__all__ = ["READ_MMAP_BYTES", "SQLITE_MAGIC", "Snapshot", "open_read_only", "read_ahead_budget", "refuse_symlinks"]

@@ -406,3 +406,26 @@ def test_sample_onto_an_existing_ledger_is_one_line_exit_1(tmp_path: Path) -> No
     assert code == 1 and out == ""
     assert err == (f"capsem-ledger sample: {tmp_path / 's' / 'session.db'}: a ledger already exists here; "
                    "refusing to overwrite it with a sample\n")
+
+
+def test_a_sample_written_without_syncs_is_the_ledger_a_durable_writer_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capsem_core.sample import ledger as sample_ledger
+    from capsem_core.writer import LedgerWriter
+
+    fast = write_sample_ledger(tmp_path / "fast", seed=7, mix="small", bodies=600)
+    seen: list[bool] = []
+
+    def durable(*args: object, **kwargs: object) -> LedgerWriter:
+        seen.append(bool(kwargs.pop("durable", True)))
+        return LedgerWriter(*args, durable=True, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(sample_ledger, "LedgerWriter", durable)
+    slow = write_sample_ledger(tmp_path / "durable", seed=7, mix="small", bodies=600)
+    assert seen == [False]   # the sample asks for a writer without syncs; this one had them
+    for name in ("session.db", "session.bodies"):
+        assert (tmp_path / "fast" / name).read_bytes() == (tmp_path / "durable" / name).read_bytes(), name
+    assert (fast.bodies, fast.rows) == (slow.bodies, slow.rows)
+    # Closed: every commit checkpointed into session.db, nothing left in a -wal.
+    wal = tmp_path / "fast" / "session.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0

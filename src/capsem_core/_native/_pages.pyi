@@ -12,6 +12,8 @@ import numpy.typing as npt
 
 MAX_FINDINGS: int
 MAX_DEPTH: int
+# The bytes of the map one walk or scan keeps resident by default.
+WINDOW_BYTES: int
 KINDS: dict[int, str]
 # records(): the column that is the rowid, an integer column's NULL, columns per scan.
 ROWID: int
@@ -63,10 +65,14 @@ class Walk(NamedTuple):
     cancelled: bool
 
 class PageFile:
+    """session.db mapped read-only; each walk or scan keeps ``window`` bytes of it resident
+    (``WINDOW_BYTES`` by default, 0: no bound)."""
     path: str
-    def __init__(self, path: str | PathLike[str]) -> None: ...
+    window: int
+    def __init__(self, path: str | PathLike[str], window: int | None = None) -> None: ...
     @property
     def size(self) -> int: ...
+    def fileno(self) -> int: ...
     def header(self) -> dict[str, Any] | None: ...
     def estimate(self, roots: Sequence[int]) -> list[int]: ...
     def walk(self, roots: Sequence[int]) -> Walk: ...

@@ -61,6 +61,10 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     except sqlite3.Error as exc:
         raise LedgerError(_sqlite_message(exc), db_path) from None
     try:
+        # Evidence is usually read from disk, not from memory: the files stream in ahead of
+        # the steps that read them (a no-op where they are cached already), this check's share
+        # of the page cache when a fleet runs several at once.
+        snapshot.read_ahead(bodies=verify_bodies, share=cores.threads(page_threads) / cores.available())
         check = _Check(snapshot, rows, verify_bodies, progress, route, options)
         outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
         check.fill(outcome)
@@ -131,9 +135,13 @@ class _Check:
         if pages is None or schema_ is None:
             self.workers = [self.snapshot.connect()]
             return [Step("quick_check", lambda conn: page_check.quick_check_lines(conn), pool=True, verdict=True)]
+        # The page map first: it reads the file in file order, just behind the read-ahead, so
+        # from a cold cache it works while the per-table checks (reading by tree order) wait on
+        # the disk; the largest per-table check starts beside it on another worker.
         return [Step(f"quick_check:{table}" if table is not None else "page_map",
                      (lambda conn, t=table: page_check.quick_check_lines(conn, t)) if table is not None
-                     else (lambda conn: page_check.walk(pages, schema_)), pool=True, cost=cost, verdict=True)
+                     else (lambda conn: page_check.walk(pages, schema_)), pool=True,
+                     cost=cost if table is not None else _AHEAD, verdict=True)
                 for table, cost in page_check.jobs(pages, schema_)]
 
     def _report_steps(self) -> list[Step]:
@@ -147,8 +155,13 @@ class _Check:
         lifecycle_needs = ("tables", "identity_scan") if scanning else ("tables",)
         return [
             Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
-            Step("tables", lambda conn, _schema: _tables(conn, checks["tables"]), needs=("schema",)),
-            Step("body_index", self._body_index, needs=("tables",)),
+            Step("table_names", lambda conn, _schema: sql_checks.table_names(conn), needs=("schema",)),
+            # The body index before the row counts: its scan reads event_body_blobs in about file
+            # order, as the read-ahead streams it, where COUNT(*) reads indexes at random (from a
+            # cold cache, a wait on the disk per page until the stream has passed).
+            Step("body_index", self._body_index, needs=("table_names",), transient=True,
+                 release=self.snapshot.release_index),
+            Step("tables", lambda conn, names: _tables(conn, names, checks["tables"]), needs=("table_names",)),
             Step("body_archive", lambda conn, index: check_body_archive(self.snapshot, index, checks["body_archive"]),
                  needs=("body_index",)),
             Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
@@ -162,17 +175,17 @@ class _Check:
                                                                           checks["tool_usage"]), needs=("tables",)),
             Step("previews", lambda conn, t: sql_checks.check_previews(conn, t.names, t.counts, self.report.rows,
                                                                       checks["previews"]), needs=("tables",)),
-            Step("verify_bodies", self._verify, needs=("body_archive",)),
+            Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
             Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
             *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index", "page_map"), pool=True,
-                    cost=_AHEAD)] if scanning else []),
+                    cost=_AHEAD, transient=True, release=self._release_graph)] if scanning else []),
             *parts,
         ]
 
     # --- the steps -------------------------------------------------------------------------
 
-    def _body_index(self, conn: sqlite3.Connection, tables: _Tables) -> BodyIndex | None:
-        if not has_body_index(tables.names):
+    def _body_index(self, conn: sqlite3.Connection, names: set[str]) -> BodyIndex | None:
+        if not has_body_index(names):
             return None
         return self.snapshot.index(alongside=self.alongside)
 
@@ -186,7 +199,7 @@ class _Check:
             counts = sql_checks.tool_lifecycle_counts(conn, tables.names)
         sql_checks.fill_tool_lifecycle(result, tables.counts, counts)
 
-    def _verify(self, conn: sqlite3.Connection, archive_sound: bool) -> VerifyStep | None:
+    def _verify(self, conn: sqlite3.Connection, archive_sound: bool, _index: BodyIndex | None) -> VerifyStep | None:
         result = self.report.checks["verify_bodies"]
         if not self.report.verify_bodies:
             result.skip("not requested (--verify-bodies reads every body back through its hash)")
@@ -202,6 +215,11 @@ class _Check:
         mapped; after the body index's pass: its codes are the graph's meanwhile)."""
         assert self.snapshot.pages is not None and self.graph is not None
         return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
+
+    def _release_graph(self) -> None:
+        """The identity graph's arrays go once its parts and the tool lifecycle have read them."""
+        self.graph = None
+        self.alongside = None
 
     def _part(self, i: int) -> Any:
         sql = identity.session_parts(session_stopped(self.row))[i]
@@ -269,8 +287,7 @@ class _Tables:
         self.counts = counts
 
 
-def _tables(conn: sqlite3.Connection, result: CheckResult) -> _Tables:
-    names = sql_checks.table_names(conn)
+def _tables(conn: sqlite3.Connection, names: set[str], result: CheckResult) -> _Tables:
     return _Tables(names, sql_checks.check_tables(conn, names, result))
 
 

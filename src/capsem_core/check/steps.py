@@ -9,6 +9,11 @@ the worker threads take the ready ones, the costliest first). ``run`` is called 
 steps no worker has taken yet, runs those itself on its own connection (same snapshot), and
 once its own steps are done it helps with what is left, so no core waits on a queue.
 
+A ``transient`` step's result (a large array, say) is dropped once every step needing it has
+settled, and its ``release`` called then (to drop what else holds it), so a check's peak
+memory holds what its running steps need, not every step's result. ``Outcome.results`` holds
+None for it.
+
 A step that raises ends the check's other work: nothing more is started but the ``verdict``
 steps (the page check, whose damage decides what the report says), which run to their end;
 a step whose need failed is not run. ``run`` returns every result and every failure by step
@@ -35,6 +40,8 @@ class Step:
     pool: bool = False
     cost: float = 0.0
     verdict: bool = False
+    transient: bool = False
+    release: Callable[[], None] | None = None
 
 
 class NeedFailed(Exception):
@@ -81,6 +88,8 @@ class Scheduler:
         self._failed: dict[str, BaseException] = {}
         self._stopping = False    # a failure: only verdict steps start
         self._torn_down = False   # interrupted: nothing starts
+        self._needed_by_step = {s.name: [t.name for t in steps if s.name in t.needs] for s in steps}
+        self._released: set[str] = set()
 
     # --- under the lock ------------------------------------------------------------------
 
@@ -136,11 +145,30 @@ class Scheduler:
                 self._failed[step.name] = exc
                 if not step.verdict:
                     self._stopping = True
+                releases = self._releasable(step)
                 self._cond.notify_all()
-            return
-        with self._cond:
-            self._done[step.name] = value
-            self._cond.notify_all()
+        else:
+            with self._cond:
+                self._done[step.name] = value
+                releases = self._releasable(step)
+                self._cond.notify_all()
+        del args
+        for release in releases:
+            release()
+
+    def _releasable(self, step: Step) -> list[Callable[[], None]]:
+        """(Under the lock, ``step`` just settled.) Drop the result of each transient step it
+        needed that nothing unsettled needs any more; their release hooks, to call outside."""
+        out = []
+        for name in step.needs:
+            need = self._by_name[name]
+            if (need.transient and name in self._done and name not in self._released
+                    and all(self._settled(t) for t in self._needed_by_step[name])):
+                self._released.add(name)
+                self._done[name] = None
+                if need.release is not None:
+                    out.append(need.release)
+        return out
 
     def _work(self, conn: sqlite3.Connection) -> None:
         while True:

@@ -71,11 +71,15 @@ def wanted() -> dict[str, tuple[str, ...]]:
 @dataclass(slots=True)
 class Table:
     """One table's scanned columns (name -> int64 array), and the columns the scan could not
-    read as declared (their values of another kind)."""
+    read as declared (their values of another kind). ``turns``: for a table whose traces and
+    turns only the turn invariant reads, those two columns thinned to the rows where their
+    pair changes (``_pages.runs``: (turn, trace)), kept instead of ``columns["turn_id"]`` and
+    ``columns["trace_id"]`` (a million-row table's two columns become a few thousand values)."""
 
     rows: int
     columns: dict[str, Array]
     odd: frozenset[str]
+    turns: tuple[Array, Array] | None = None
 
 
 class Graph:
@@ -96,12 +100,34 @@ class Graph:
 
 
 BLOBS = "event_body_blobs"
+# The turn tables whose trace_id and turn_id other invariants read row by row (the tool
+# ledger's and the model exchanges'); every other's are kept as runs (``Table.turns``).
+ROW_TURNS = frozenset({"model_items", "model_calls", "tool_calls", "tool_responses"})
+
+
+def _turn_runs(columns: dict[str, Array]) -> dict[str, Array]:
+    """A turn table's columns with trace_id and turn_id thinned to their runs."""
+    if "turn_id" not in columns or "trace_id" not in columns:
+        return columns
+    out = dict(columns)
+    out["turn_id"], out["trace_id"] = _pages.runs(out.pop("turn_id"), out.pop("trace_id"))
+    return out
+
+
+def _table(rows: int, columns: dict[str, Array], odd: frozenset[str], *, thinned: bool) -> Table:
+    """A scanned table with its traces and turns kept as runs (``thinned``: they are already)."""
+    turns = None
+    if columns.keys() >= {"turn_id", "trace_id"}:
+        turn, trace = columns.pop("turn_id"), columns.pop("trace_id")
+        turns = (turn, trace) if thinned else _pages.runs(turn, trace)
+    return Table(rows, columns, odd, turns)
 
 
 def blobs_alongside(graph: Graph) -> Alongside:
     """What the body index's pass over event_body_blobs reads for ``graph`` (its traces and
-    turns, in the graph's codes), so ``read_graph`` need not walk those rows again."""
-    return Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())})
+    turns, in the graph's codes, kept as runs), so ``read_graph`` need not walk those rows
+    again."""
+    return Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())}, keep=_turn_runs)
 
 
 def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | None = None,
@@ -117,7 +143,7 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
     roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
     for table, names in wanted().items():
         if table == BLOBS and blobs is not None and blobs.rows is not None and set(blobs.columns) == set(names):
-            graph.tables[table] = Table(blobs.rows, dict(blobs.columns), blobs.odd)
+            graph.tables[table] = _table(blobs.rows, dict(blobs.columns), blobs.odd, thinned=blobs.keep is _turn_runs)
             continue
         root = roots.get(table)
         columns = page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
@@ -127,9 +153,11 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
         scanned = pages.records(root, spec)
         if scanned.status != "ok":
             return None
-        graph.tables[table] = Table(
-            int(scanned.rows), {name: values for (_c, name), values in zip(columns, scanned.values)},
-            frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd))
+        read = {name: values for (_c, name), values in zip(columns, scanned.values)}
+        odd = frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd)
+        rows = int(scanned.rows)
+        del scanned
+        graph.tables[table] = Table(rows, read, odd) if table in ROW_TURNS else _table(rows, read, odd, thinned=False)
     return graph
 
 
@@ -297,9 +325,10 @@ def turns_hold(graph: Graph) -> tuple[bool, int]:
     present = np.zeros(size, dtype=bool)
     pairs = []
     for table in TURN_TABLES:
-        columns = graph.tables[table].columns
+        scanned = graph.tables[table]
         # Rows come in runs of one turn and trace: each run's first is enough.
-        turn, trace = _pages.runs(columns["turn_id"], columns["trace_id"])
+        turn, trace = scanned.turns if scanned.turns is not None else _pages.runs(scanned.columns["turn_id"],
+                                                                                  scanned.columns["trace_id"])
         present[turn] = True
         both = (turn != 0) & (trace != 0)
         turn, trace = turn[both], trace[both]

@@ -17,6 +17,7 @@ None and the caller runs the SQL scans.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,17 +51,21 @@ class Alongside:
     plain TEXT, compared byte for byte). After the pass, ``rows`` and ``columns`` (name ->
     int64 codes, rowid order) and ``odd`` (the names holding a value of another kind) are
     set where it read them; ``rows`` stays None where it did not (the other reader then reads
-    those columns itself, after the pass: its codes are the pass's meanwhile)."""
+    those columns itself, after the pass: its codes are the pass's meanwhile). ``keep``, when
+    given, is applied to the columns as the pass ends, and ``columns`` holds what it returns:
+    what the other reader keeps of them (so the rest need not live as long as the index)."""
 
     codes: dict[str, _pages.Codes]
     rows: int | None = None
     columns: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     odd: frozenset[str] = frozenset()
+    keep: Callable[[dict[str, npt.NDArray[np.int64]]], dict[str, npt.NDArray[np.int64]]] | None = None
 
 
 def _integer(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """SQLite's integer of a column: NULL reads as 0."""
-    return np.where(values == _pages.NULL_VALUE, 0, values)
+    """SQLite's integer of a column, in place (the scan's own array): NULL reads as 0."""
+    values[values == _pages.NULL_VALUE] = 0
+    return values
 
 
 def _text(values: npt.NDArray[np.int64], data: npt.NDArray[np.uint8] | None) -> dict[str, Any]:
@@ -100,23 +105,26 @@ def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool =
     data = {name: d for (_c, name), d in zip(columns, scanned.data)}
     if extra and alongside is not None:
         alongside.rows = int(scanned.rows)
-        alongside.columns = {name: values[name] for name in extra_names}
+        read = {name: values.pop(name) for name in extra_names}
+        alongside.columns = alongside.keep(read) if alongside.keep is not None else read
+        del read
         alongside.odd = frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd and name in extra_names)
-    state, digest = values["body_hash"], data["body_hash"]
+    del scanned   # from here each array has one holder, so archive_order frees what it has sorted
+    state, digest = values.pop("body_hash"), data["body_hash"]
     assert digest is not None
-    ids = values["id"]
-    spans = {name: _integer(values[name]) for name in SPANS}
-    bodies = {"id": ids, **spans, "digest": digest, "hash_ok": state == 1}
-    if not keys:
-        return PageIndex(_index.archive_order(bodies), {})
-    row_ok = state >= 0
-    for name in SPANS:
-        row_ok &= values[name] != _pages.NULL_VALUE
-    key_rows: dict[str, Any] = {"id": ids.copy(), "original_bytes": _integer(values["original_bytes"]),
-                                "truncated": _integer(values["truncated"]) != 0, "row_ok": row_ok}
-    for name in KEY_TEXTS:
-        for part, array in _text(values[name], data[name]).items():
-            key_rows[f"{name}_{part}"] = array
+    key_rows: dict[str, Any] = {}
+    if keys:
+        row_ok = state >= 0
+        for name in SPANS:
+            row_ok &= values[name] != _pages.NULL_VALUE
+        key_rows = {"id": values["id"].copy(), "original_bytes": _integer(values.pop("original_bytes")),
+                    "truncated": _integer(values.pop("truncated")) != 0, "row_ok": row_ok}
+        for name in KEY_TEXTS:
+            for part, array in _text(values.pop(name), data[name]).items():
+                key_rows[f"{name}_{part}"] = array
+    bodies = {"id": values.pop("id"), **{name: _integer(values.pop(name)) for name in SPANS}, "digest": digest,
+              "hash_ok": state == 1}
+    del state, digest, data, values
     return PageIndex(_index.archive_order(bodies), key_rows)
 
 

@@ -96,10 +96,17 @@ def reads_the_file(db_path: os.PathLike[str] | str, conn: sqlite3.Connection,
     return conn.in_transaction and db.main_file_is_snapshot(db_path, plan)
 
 
+def window_bytes() -> int:
+    """The bytes of session.db each page walk and scan keeps resident: ``_pages.WINDOW_BYTES``,
+    or ``CAPSEM_CORE_PAGE_WINDOW`` (bytes; 0: no bound) where set to a whole number."""
+    text = os.environ.get("CAPSEM_CORE_PAGE_WINDOW", "").strip()
+    return int(text) if text.isdigit() else _pages.WINDOW_BYTES
+
+
 def mapped(db_path: os.PathLike[str] | str) -> _pages.PageFile | None:
     """session.db mapped read-only, or None when it cannot be (the SQL then says what is wrong)."""
     try:
-        return _pages.PageFile(db_path)
+        return _pages.PageFile(db_path, window=window_bytes())
     except OSError:
         return None
 
@@ -152,4 +159,4 @@ class HeldMap:
 
 
 __all__ = ["SNAPSHOT_PRAGMAS", "HeldMap", "header_is_snapshot", "map_snapshot", "mapped", "reads_the_file",
-           "record_columns", "root_page", "same_file", "utf8"]
+           "record_columns", "root_page", "same_file", "utf8", "window_bytes"]

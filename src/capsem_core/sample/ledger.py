@@ -97,7 +97,10 @@ def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix
     clock_box: list[Session] = []
     # Until the session exists (an interrupt can land while it is built) the writer's clock is
     # the session's start: a close on that path must not fail on an empty box.
-    writer = LedgerWriter(directory, codec=codec, on_close=on_close,
+    # Not durable until closed: nothing reads a sample while it is written, and a durable
+    # commit's checkpoint waits on the disk for every index page it dirtied, a cost that grows
+    # with the ledger (docs/performance.md, "Writing large samples"). The bytes written are the same.
+    writer = LedgerWriter(directory, codec=codec, on_close=on_close, durable=False,
                           clock=lambda: clock_box[0].now if clock_box else float(start_time))
     try:
         session = Session(writer, seed=seed, mix=mix, start_time=start_time, target_bodies=bodies,

@@ -43,8 +43,9 @@ def _ledger_directory(path: os.PathLike[str] | str) -> Path:
     return p
 
 
-def _connect(db_path: Path) -> sqlite3.Connection:
-    """The writer's connection: WAL, the schema created when the file is new, then checked."""
+def _connect(db_path: Path, durable: bool = True) -> sqlite3.Connection:
+    """The writer's connection: WAL, the schema created when the file is new, then checked.
+    ``durable=False``: SQLite syncs nothing until the writer closes (see LedgerWriter)."""
     # Background flushes commit from a worker thread, one at a time, never concurrently
     # with the owner's use of the connection.
     conn = db.connect_readwrite(db_path, create=True, check_same_thread=False)
@@ -53,7 +54,7 @@ def _connect(db_path: Path) -> sqlite3.Connection:
             try:
                 conn.execute(f"PRAGMA busy_timeout = {db.busy_timeout_ms()}")
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA synchronous = {'NORMAL' if durable else 'OFF'}")
                 conn.execute("PRAGMA foreign_keys = ON")
                 conn.execute("PRAGMA mmap_size = 268435456")
                 # Large flushes touch many index pages; a bigger cache keeps them warm.
@@ -91,6 +92,13 @@ class LedgerWriter:
     and ``flush``/``close`` always do). Its errors surface at the next insert that flushes,
     at ``wait``, ``flush`` or ``close``.
 
+    ``durable=False`` (a ledger nothing reads before it is closed: a sample) commits without
+    SQLite's syncs: a commit's checkpoint then writes its pages without waiting for the disk
+    (a million-body ledger's random-key indexes dirty tens of thousands of scattered pages a
+    commit); the archive is still synced before the rows naming it commit, and ``close``
+    checkpoints with a sync, so the closed ledger is on disk as a durable one is. A crash
+    before ``close`` may leave it torn.
+
     ``directory`` is the ledger directory or its ``session.db``; the directory is created if
     missing, and refused (SymlinkRefused) if it, session.db, session.bodies or the lock file
     is a symbolic link. The lock is Capsem's flock on ``session.db-writer.lock`` plus one on
@@ -109,12 +117,13 @@ class LedgerWriter:
                  on_close: Callable[[LedgerWriter], object] | None = None,
                  close_every_flush: bool = False,
                  flush_rows: int = 50_000, flush_bytes: int = 64 << 20,
-                 lock_timeout: float = 1.0) -> None:
+                 lock_timeout: float = 1.0, durable: bool = True) -> None:
         self._codec = codec_id(codec)
         self._clock = clock if clock is not None else time.time
         self._on_close = on_close
         self._flush_rows = max(1, flush_rows)
         self._flush_bytes = max(1, flush_bytes)
+        self._durable = durable
         self._directory = _ledger_directory(directory)
         self._db_path = self._directory / SESSION_DB
         self._bodies_path = archive_path_for(self._db_path)
@@ -139,7 +148,7 @@ class LedgerWriter:
         require_own_file(self._bodies_path, SESSION_BODIES)
         self._lock = WriterLock.take(self._db_path, lock_timeout)
         try:
-            self._conn = _connect(self._db_path)
+            self._conn = _connect(self._db_path, durable)
             self._max_variables = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
             self._spans.attach(db.connect_readonly(self._db_path, isolation_level=None, check_same_thread=True))
             self._staging.open(self._conn, self._codec)
@@ -392,6 +401,8 @@ class LedgerWriter:
                 staging.archive.sync()
             # A writer that lost its lock writes nothing more, not even the checkpoint.
             if self._conn is not None and self._lock is not None and self._lock.lost is None:
+                if not self._durable:   # the one sync of a ledger written without: this checkpoint's
+                    self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except (LedgerError, sqlite3.Error) as e:
             error = error or e

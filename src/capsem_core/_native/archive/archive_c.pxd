@@ -92,6 +92,7 @@ cdef extern from "archive_file.h" nogil:
     int capsem_file_refresh(capsem_archive_file *f)
     void capsem_file_close(capsem_archive_file *f)
     int capsem_file_replaced(const capsem_archive_file *f, const char *path)
+    void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t lo, uint64_t hi)
 
 cdef extern from "archive_verify.h" nogil:
     ctypedef struct capsem_verify_job:

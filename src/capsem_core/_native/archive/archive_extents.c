@@ -84,7 +84,7 @@ static void hash_one(capsem_extents_job *job, size_t i) {
     int chained = segment_digest(s->base, a, b, s->segments + 32 * i);
     capsem_guard_armed = 0;
     s->status[i] = chained ? CAPSEM_EXTENT_HASHED : CAPSEM_EXTENT_UNCHAINED;
-    capsem_map_advise(s->base, s->size, a, b, ADVICE_DONTNEED, 1);
+    capsem_map_drop(s->base, s->size, a, b);
     atomic_fetch_add(&job->bytes_done, b - a);
 }
 

@@ -91,3 +91,10 @@ void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64
     uint64_t b = inner ? to / page * page : (to + page - 1) / page * page;
     if (b > a) madvise((void *)(base + a), (size_t)(b - a), advice);
 }
+
+void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to) {
+    if (to <= from) return;
+    uint64_t a = from > CAPSEM_FAULT_SPAN ? from - CAPSEM_FAULT_SPAN : 0;
+    uint64_t b = to > UINT64_MAX - CAPSEM_FAULT_SPAN ? UINT64_MAX : to + CAPSEM_FAULT_SPAN;
+    capsem_map_advise(base, size, a, b, ADVICE_DONTNEED, 0);
+}

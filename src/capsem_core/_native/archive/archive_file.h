@@ -56,6 +56,14 @@ void capsem_file_close(capsem_archive_file *f);
  * neighbouring extent another thread may be reading is left alone). */
 void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to, int advice, int inner);
 
+/* Drop the pages a reader of [from, to) left in the process, once it is done with them: the
+ * pages covering it and CAPSEM_FAULT_SPAN on each side, where the kernel maps pages from the
+ * page cache around each fault (a neighbouring extent's; another thread still reading one
+ * only faults it back in). Without the margins each extent's first fault would leave up to a
+ * span of the extent before it mapped for good, a third of a small-body archive. */
+#define CAPSEM_FAULT_SPAN (64u << 10)
+void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to);
+
 /* 1 when the path no longer names the file we opened (renamed over, deleted, unreadable). */
 int capsem_file_replaced(const capsem_archive_file *f, const char *path);
 

@@ -387,6 +387,8 @@ cdef class ArchiveReader:
             kept = walk.table.n
             with nogil:
                 st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
+                # Headers only, each at most once: the pages they lie on need not stay mapped.
+                capsem_map_drop(self.f.map, self.f.size, b, b + d if b + d <= self.f.size else self.f.size)
             if st == CAPSEM_E_NOMEM:
                 raise MemoryError("no memory for the segment table")
             if st != CAPSEM_OK:
@@ -398,6 +400,10 @@ cdef class ArchiveReader:
             vs[i] = <int64_t>ext.segments
         vf[n] = <int64_t>walk.table.n
         return walk
+
+    def fileno(self):
+        """The descriptor of the open file (-1 once closed), for a ReadAhead."""
+        return self.f.fd
 
     def file_was_replaced(self):
         """True when the path no longer names the file opened (renamed over, removed)."""

@@ -164,13 +164,13 @@ static void will_need(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
     if (from < to) advise(s, from, to, ADVICE_WILLNEED, 0);
 }
 
-/* Unmap the whole pages of [from, to) from this process once a block is done: the page cache
- * keeps them, but the process's resident size stays flat however large the archive. */
+/* Unmap the pages of [from, to) from this process once a block is done, and those the kernel
+ * mapped around its faults (capsem_map_drop): the page cache keeps them, but the process's
+ * resident size stays flat however large the archive. A page shared with a neighbouring block
+ * another worker is reading only faults back in. On macOS the advice only deactivates the
+ * pages; the system reclaims them as it needs. */
 static void drop_pages(const capsem_verify_spec *s, uint64_t from, uint64_t to) {
-    /* Only pages wholly inside: a page shared with the next block may be in use by another
-     * worker (dropping it would only cost a re-fault, but there is no need). On macOS the
-     * advice only deactivates the pages; the system reclaims them as it needs. */
-    if (from < to) advise(s, from, to, ADVICE_DONTNEED, 1);
+    capsem_map_drop(s->base, s->size, from, to);
 }
 
 static void verify_run(worker *w, size_t lo, size_t hi) {

@@ -65,9 +65,12 @@ cdef extern from "page_map.h" nogil:
         capsem_page_finding findings[100]
     int capsem_page_header_parse(const uint8_t *map, uint64_t size, capsem_page_header *h, capsem_page_finding *bad)
     int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                             uint64_t *pages_out, volatile const int *cancel, capsem_page_walk *w)
+                             uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w)
     void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
                               size_t nroots, uint64_t *out)
+
+cdef extern from "page_window.h" nogil:
+    unsigned CAPSEM_WINDOW_DEFAULT_BYTES
 
 cdef extern from "big_alloc.h" nogil:
     void capsem_big_free(void *p, size_t size)
@@ -98,12 +101,15 @@ cdef extern from "page_records.h" nogil:
         uint64_t nbytes
         uint64_t bytes_cap
     int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                            capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows)
+                            capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
+                            uint64_t *rows)
 
 if capsem_guard_install() != 0:
     raise ImportError("capsem_core._native._pages could not install its SIGBUS guard")
 
 MAX_FINDINGS = CAPSEM_PAGES_MAX_FINDINGS
+# The bytes of the map one walk or scan keeps resident unless its PageFile is given another.
+WINDOW_BYTES = CAPSEM_WINDOW_DEFAULT_BYTES
 MAX_DEPTH = CAPSEM_PAGES_MAX_DEPTH
 # The kinds of page_map.h, by the names the caller words them under.
 KINDS = {
@@ -308,8 +314,11 @@ cdef bint codes_busy(list codes):
 cdef class PageFile:
     """A database file opened read-only and mapped, for the page walk.
 
-    Raises OSError naming the file when it cannot be opened (a symbolic link and a
-    non-regular file are refused). Not shared between threads: one walk at a time.
+    ``window``: the bytes of the map each walk and scan keeps resident (its pages are
+    dropped from the process behind it; the page cache keeps them), ``WINDOW_BYTES`` by
+    default, 0 for no bound. Raises OSError naming the file when it cannot be opened (a
+    symbolic link and a non-regular file are refused), ValueError for a negative window.
+    Not shared between threads: one walk at a time.
     """
 
     cdef capsem_archive_file f
@@ -317,9 +326,13 @@ cdef class PageFile:
     cdef int busy      # walks and scans running (each on its own thread)
     cdef int walking
     cdef readonly object path
+    cdef readonly uint64_t window
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, window=None):
         self.f.fd = -1
+        if window is not None and window < 0:
+            raise ValueError("window must not be negative")
+        self.window = CAPSEM_WINDOW_DEFAULT_BYTES if window is None else window
         self.path = os.fspath(path)
         cdef bytes cpath = os.fsencode(self.path)
         cdef const char *p = cpath
@@ -341,6 +354,10 @@ cdef class PageFile:
     def size(self):
         """Bytes mapped (the file's size when it was opened)."""
         return self.f.size
+
+    def fileno(self):
+        """The descriptor of the open file (-1 once closed), for a read-ahead of it."""
+        return self.f.fd
 
     def header(self):
         """The database header as SQLite reads it (dict), or None when SQLite would not open it."""
@@ -391,7 +408,7 @@ cdef class PageFile:
         self.walking = 1
         try:
             with nogil:
-                rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, w)
+                rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, self.window, w)
             if rc < 0:
                 raise MemoryError()
             return Walk([_finding(&w.findings[i]) for i in range(w.nfindings)], w.findings_total,
@@ -461,7 +478,8 @@ cdef class PageFile:
         self.busy += 1
         try:
             with nogil:
-                rc = capsem_records_scan(self.f.map, self.f.size, &h, root, spec, n, &self.cancel_flag, &rows)
+                rc = capsem_records_scan(self.f.map, self.f.size, &h, root, spec, n, &self.cancel_flag, self.window,
+                                         &rows)
             if rc == CAPSEM_REC_NO_MEMORY:
                 raise MemoryError()
             if rc != CAPSEM_REC_OK:

@@ -29,4 +29,17 @@ int capsem_parse_cell(uint32_t page_size, uint32_t usable, uint8_t type, const u
 int capsem_cells_cannot_spill(uint32_t usable, const uint8_t *page, uint32_t hdr, uint8_t type, uint32_t ncell,
                               uint64_t *starts);
 
+/* Cell `i` of a b-tree page of `type` (not 0x05: its cells hold no payload), as the page walk
+ * reads it for overflow: 0 when its payload stays on the page, 1 when it spills into a chain
+ * of *want pages starting at *head, -1 when the cell lies outside the page's cell content
+ * area or runs off it (damage inside the tree; *pc then holds its offset). */
+int capsem_cell_chain(uint32_t page_size, uint32_t usable, const uint8_t *page, uint32_t hdr, uint8_t type, uint32_t i,
+                      uint32_t *pc, uint32_t *head, uint32_t *want);
+
+/* The child `i` of an interior page (0x02 or 0x05; `ncell` for the right-most pointer): 0 and
+ * *bad set when its cell lies outside the page (a table interior's damage to note; an index
+ * interior's is noted for its payload already, by capsem_cell_chain), with *pc its offset. */
+uint32_t capsem_cell_child(uint32_t page_size, uint32_t usable, const uint8_t *page, uint32_t hdr, uint8_t type,
+                           uint32_t i, uint32_t ncell, uint32_t *pc, int *bad);
+
 #endif

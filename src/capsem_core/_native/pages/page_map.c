@@ -8,6 +8,8 @@
 #include "map_guard.h"
 #include "page_cells.h"
 #include "page_map.h"
+#include "page_summary.h"
+#include "page_window.h"
 
 /* Owners beyond the trees (which are 1 + the index of their root in `roots`). */
 #define OWNER_FREE 0xFFFFFFFFu
@@ -35,6 +37,8 @@ typedef struct {
     uint64_t *pages_out;  /* per root, or NULL */
     uint64_t *tree_pages; /* the current tree's count, or NULL */
     volatile const int *cancel;
+    capsem_page_window win; /* the pages this walk keeps resident (none tracked in an estimate) */
+    capsem_page_summary sum; /* every page read once in file order (kind NULL: none, read each page) */
     uint32_t steps;
     int stopped;
     int freelist_errors;
@@ -71,10 +75,27 @@ static void add(walker *k, uint32_t kind, uint32_t in_tree, uint32_t page, uint3
  * copy of a last page the file ends inside (SQLite reads the missing bytes as zeros). */
 static const uint8_t *page_at(walker *k, uint32_t pgno) {
     uint64_t off = (uint64_t)(pgno - 1) * k->h.page_size;
+    capsem_window_touch(&k->win, off);
     if (off + k->h.page_size <= k->size) return k->map + off;
     memset(k->scratch, 0, k->h.page_size);
     if (off < k->size) memcpy(k->scratch, k->map + off, (size_t)(k->size - off));
     return k->scratch;
+}
+
+/* Page `pgno`'s summary when it stands for the page as a b-tree page of its type (*type set;
+ * its entries returned), else NULL: the walk reads the page itself. */
+static const uint32_t *summary_of(const walker *k, uint32_t pgno, uint8_t *type) {
+    if (!k->sum.kind) return NULL;
+    uint8_t kind = k->sum.kind[pgno];
+    if (kind == CAPSEM_SUMMARY_OTHER || kind == CAPSEM_SUMMARY_READ) return NULL;
+    *type = kind;
+    return k->sum.entry + k->sum.at[pgno];
+}
+
+/* The first four bytes of page `pgno` (an overflow page's next page). */
+static uint32_t next_of(walker *k, uint32_t pgno) {
+    if (k->sum.kind && k->sum.kind[pgno] == CAPSEM_SUMMARY_OTHER) return k->sum.entry[k->sum.at[pgno]];
+    return get4(page_at(k, pgno));
 }
 
 static int poll_cancel(walker *k) {
@@ -152,25 +173,9 @@ static void walk_chain(walker *k, uint32_t head, uint32_t want, uint32_t owner, 
         seen++;
         k->w->overflow_pages++;
         if (k->tree_pages) (*k->tree_pages)++;
-        pgno = get4(page_at(k, pgno));
+        pgno = next_of(k, pgno);
         if (poll_cancel(k)) return;
     }
-}
-
-/* The cell pointer array of page `pgno` (of `type`): the offset of cell `i`, or 0 when it is
- * outside the cell content area (in-tree damage, noted). */
-static uint32_t cell_at(walker *k, const uint8_t *page, uint32_t hdr, uint8_t type, uint32_t i, uint32_t pgno,
-                        uint32_t owner, capsem_cell *c) {
-    uint32_t leaf = (type & 0x08) != 0;
-    uint32_t content = get2(page + hdr + 5);
-    if (content == 0) content = 65536;
-    uint32_t pc = get2(page + hdr + (leaf ? 8 : 12) + 2 * i);
-    if (pc < content || pc > k->h.usable - 4 || capsem_parse_cell(k->h.page_size, k->h.usable, type, page, pc, c) != 0 ||
-        (uint64_t)pc + c->size > k->h.usable) {
-        add(k, CAPSEM_PG_BAD_CELL, 1, pgno, root_of(k, owner), 0, i, pc);
-        return 0;
-    }
-    return pc;
 }
 
 /* Visit page `pgno` of a tree: take it, check its header, walk the overflow chains of its
@@ -184,6 +189,14 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
     if (depth >= CAPSEM_PAGES_MAX_DEPTH) {
         add(k, CAPSEM_PG_TOO_DEEP, 1, pgno, root, from, depth, 0);
         return -1;
+    }
+    uint8_t kind;
+    const uint32_t *e = summary_of(k, pgno, &kind);
+    if (e) { /* a sound b-tree page: its chains in cell order, as below */
+        uint32_t ncell = (kind & 0x08) ? 0 : e[0];
+        const uint32_t *chain = e + ((kind & 0x08) ? 0 : (size_t)ncell + 2), *end = k->sum.entry + k->sum.at[pgno + 1];
+        for (; chain < end && !k->stopped; chain += 2) walk_chain(k, chain[0], chain[1], owner, pgno);
+        return k->stopped || (kind & 0x08) ? -1 : (int64_t)ncell;
     }
     const uint8_t *page = page_at(k, pgno);
     uint32_t hdr = pgno == 1 ? 100 : 0;
@@ -199,26 +212,12 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
         return -1;
     }
     if (type != 0x05 && !capsem_cells_cannot_spill(k->h.usable, page, hdr, type, ncell, k->starts)) { /* cells with payload: overflow chains */
-        uint32_t usable = k->h.usable;
-        uint32_t content = get2(page + hdr + 5);
-        if (content == 0) content = 65536;
-        /* A payload whose size varint is one or two bytes and within the page's local limit
-         * never spills: most cells of a ledger's tables and indexes are decided by those bytes. */
-        uint32_t max_local = type == 0x0D ? usable - 35 : (usable - 12) * 64 / 255 - 23;
-        uint32_t skip = type == 0x02 ? 4 : 0;
-        const uint8_t *ptr = page + hdr + ((type & 0x08) ? 8 : 12);
         for (uint32_t i = 0; i < ncell; i++) {
-            uint32_t at = get2(ptr + 2 * i) + skip;
-            if (at >= content + skip && at + 1 < usable) {
-                uint32_t b0 = page[at], b1 = page[at + 1];
-                uint32_t payload = b0 < 0x80 ? b0 : b1 < 0x80 ? ((b0 & 0x7f) << 7) | b1 : max_local + 1;
-                if (payload <= max_local) continue;
-            }
-            capsem_cell c;
-            uint32_t pc = cell_at(k, page, hdr, type, i, pgno, owner, &c);
-            if (pc && c.payload > c.local) {
-                uint32_t want = (c.payload - c.local + usable - 5) / (usable - 4); /* SQLite's u32 sum */
-                walk_chain(k, get4(page + pc + c.size - 4), want, owner, pgno);
+            uint32_t pc, head, want;
+            int r = capsem_cell_chain(k->h.page_size, k->h.usable, page, hdr, type, i, &pc, &head, &want);
+            if (r < 0) add(k, CAPSEM_PG_BAD_CELL, 1, pgno, root, 0, i, pc);
+            if (r > 0) {
+                walk_chain(k, head, want, owner, pgno);
                 page = page_at(k, pgno); /* the chain may have used the scratch page */
             }
             if (k->stopped) return -1;
@@ -227,27 +226,28 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
     return (type & 0x08) ? -1 : (int64_t)ncell;
 }
 
+/* The cell count of interior page `pgno`. */
+static uint32_t cells_of(walker *k, uint32_t pgno) {
+    uint8_t kind;
+    const uint32_t *e = summary_of(k, pgno, &kind);
+    return e ? e[0] : get2(page_at(k, pgno) + (pgno == 1 ? 100 : 0) + 3);
+}
+
 /* The child `i` of interior page `pgno` (`ncell` for the right-most pointer), or 0. */
 static uint32_t child_at(walker *k, uint32_t pgno, uint32_t i, uint32_t owner) {
+    uint8_t kind;
+    const uint32_t *e = summary_of(k, pgno, &kind);
+    if (e) return e[1 + i];
     const uint8_t *page = page_at(k, pgno);
     uint32_t hdr = pgno == 1 ? 100 : 0;
-    uint32_t ncell = get2(page + hdr + 3);
-    if (i >= ncell) return get4(page + hdr + 8);
-    capsem_cell c;
-    /* Interior table cells were not visited for overflow: note their bad offsets here. */
     uint8_t type = page[hdr];
     uint32_t pc;
-    if (type == 0x05) {
-        pc = cell_at(k, page, hdr, type, i, pgno, owner, &c);
-    } else { /* index interior: already noted by visit() when bad */
-        uint32_t content = get2(page + hdr + 5);
-        if (content == 0) content = 65536;
-        pc = get2(page + hdr + 12 + 2 * i);
-        if (pc < content || pc > k->h.usable - 4 || capsem_parse_cell(k->h.page_size, k->h.usable, type, page, pc, &c) != 0 ||
-            (uint64_t)pc + c.size > k->h.usable)
-            pc = 0;
-    }
-    return pc ? get4(page + pc) : 0;
+    int bad;
+    uint32_t child = capsem_cell_child(k->h.page_size, k->h.usable, page, hdr, type, i, get2(page + hdr + 3), &pc, &bad);
+    /* Interior table cells were not visited for overflow: note their bad offsets here (an
+     * index interior's were noted by visit()). */
+    if (bad && type == 0x05) add(k, CAPSEM_PG_BAD_CELL, 1, pgno, root_of(k, owner), 0, i, pc);
+    return child;
 }
 
 static void walk_tree(walker *k, uint32_t owner) {
@@ -261,8 +261,7 @@ static void walk_tree(walker *k, uint32_t owner) {
     depth = 1;
     while (depth > 0 && !poll_cancel(k)) {
         frame *top = &stack[depth - 1];
-        const uint8_t *page = page_at(k, top->page);
-        uint32_t ncell = get2(page + (top->page == 1 ? 100 : 0) + 3);
+        uint32_t ncell = cells_of(k, top->page);
         if (top->next > ncell) {
             depth--;
             continue;
@@ -379,6 +378,12 @@ static void walk_all(walker *k) {
         return;
     }
     if (h->lock_page <= h->page_count) k->owner[h->lock_page] = OWNER_LOCK;
+    /* Every page read once, in file order, before the trees are followed on the summaries
+     * (page_summary.h); without memory for them the walk reads each page as it goes. */
+    if (capsem_summary_build(&k->sum, k->map, k->size, h, &k->win, k->cancel, k->starts, k->scratch) == 1) {
+        k->stopped = 1;
+        return;
+    }
     walk_freelist(k);
     /* What only a check of every root sees in an auto-vacuum file: the largest root is the
      * header's, and each root's pointer-map entry says so. */
@@ -408,8 +413,9 @@ static void walk_all(walker *k) {
 }
 
 int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                         uint64_t *pages_out, volatile const int *cancel, capsem_page_walk *w) {
+                         uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w) {
     memset(w, 0, sizeof *w);
+    if (pages_out) memset(pages_out, 0, nroots * sizeof *pages_out); /* also when the header stops the walk */
     capsem_page_finding bad;
     walker *k = calloc(1, sizeof *k);
     if (!k) return -1;
@@ -439,8 +445,9 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
         free(k);
         return -1;
     }
-    if (pages_out) memset(pages_out, 0, nroots * sizeof *pages_out);
     k->pages_out = pages_out;
+    /* Without memory for the window the walk still runs, keeping what it reads resident. */
+    if (window) capsem_window_init(&k->win, map, size, window);
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         add(k, CAPSEM_PG_SHRANK, 0, 0, 0, 0, 0, size);
     } else {
@@ -449,51 +456,11 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
         walk_all(k);
         capsem_guard_armed = 0;
     }
+    capsem_window_end(&k->win);
+    capsem_summary_free(&k->sum);
     int stopped = k->stopped;
     free(k->owner);
     free(k->scratch);
     free(k);
     return stopped ? 1 : 0;
-}
-
-void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
-                          size_t nroots, uint64_t *out) {
-    memset(out, 0, nroots * sizeof *out);
-    walker k;
-    memset(&k, 0, sizeof k);
-    k.map = map;
-    k.size = size;
-    k.h = *h;
-    k.scratch = malloc(h->page_size);
-    if (!k.scratch) return;
-    volatile size_t i = 0;
-    if (sigsetjmp(capsem_guard_env, 1) != 0) {
-        free(k.scratch);
-        return;
-    }
-    capsem_guard_range(map, size);
-    capsem_guard_armed = 1;
-    for (; i < nroots; i++) {
-        uint32_t pgno = roots[i];
-        uint64_t level = 1, pages = 0;
-        for (unsigned depth = 0; depth < CAPSEM_PAGES_MAX_DEPTH; depth++) {
-            if (pgno == 0 || pgno > h->page_count) break;
-            const uint8_t *page = page_at(&k, pgno);
-            uint32_t hdr = pgno == 1 ? 100 : 0;
-            uint8_t type = page[hdr];
-            if (type != 0x02 && type != 0x05 && type != 0x0A && type != 0x0D) break;
-            pages += level;
-            if (pages >= h->page_count || (type & 0x08)) break;
-            uint32_t ncell = get2(page + hdr + 3);
-            if (ncell > (h->page_size - 8) / 6) break;
-            level *= (uint64_t)ncell + 1;
-            if (level > h->page_count) level = h->page_count;
-            uint32_t pc = ncell ? get2(page + hdr + 12) : 0;
-            if (ncell && pc > h->usable - 4) break;
-            pgno = ncell ? get4(page + pc) : get4(page + hdr + 8);
-        }
-        out[i] = pages < h->page_count ? pages : h->page_count;
-    }
-    capsem_guard_armed = 0;
-    free(k.scratch);
 }

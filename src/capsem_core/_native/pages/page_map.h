@@ -92,14 +92,16 @@ int capsem_page_header_parse(const uint8_t *map, uint64_t size, capsem_page_head
 /* Walk the file: the freelist, then every tree of `roots` (each an sqlite_schema rootpage;
  * 1 is sqlite_schema), then every page's use. `pages_out`, when not NULL, receives the pages
  * each root's tree uses (overflow pages included). `cancel`, when not NULL, is polled: a
- * non-zero value stops the walk (returns 1). Returns 0 when the walk ran, -1 when memory ran
+ * non-zero value stops the walk (returns 1). `window`: the bytes of the map the walk keeps
+ * resident (page_window.h; 0: no bound). Returns 0 when the walk ran, -1 when memory ran
  * out. The SIGBUS guard must be installed (capsem_guard_install). Runs without the GIL. */
 int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                         uint64_t *pages_out, volatile const int *cancel, capsem_page_walk *w);
+                         uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w);
 
 /* A cheap estimate of the pages of each root's tree: the product of the fan-outs down its
- * left-most path (a few pages read per tree), for ordering the per-table checks largest
- * first. 0 for a root that cannot be read. */
+ * left-most path (a few pages read per tree, every tree's next level asked of the page cache
+ * together: page_summary.c), for ordering the per-table checks largest first. 0 for a root
+ * that cannot be read. */
 void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
                           size_t nroots, uint64_t *out);
 

@@ -8,13 +8,16 @@
 #include <string.h>
 
 #include "page_map.h"
+#include "page_window.h"
 
 /* The mapped file a scan reads, and how many of its pages it has read (a tree that loops
- * would read more than the file holds). */
+ * would read more than the file holds). `window`, when not NULL, is told of every page read
+ * (page_window.h: the scan keeps a bounded part of the map resident). */
 typedef struct {
     const uint8_t *map;
     capsem_page_header h;
     uint64_t pages;
+    capsem_page_window *window;
 } capsem_rec_file;
 
 /* One row's payload: its local bytes on the page, then its overflow chain, read forwards. */
@@ -33,6 +36,12 @@ static inline uint32_t get4(const uint8_t *p) {
 
 static inline const uint8_t *capsem_rec_page(const capsem_rec_file *f, uint32_t pgno) {
     return f->map + (uint64_t)(pgno - 1) * f->h.page_size;
+}
+
+/* Page `pgno`, about to be read: noted in the scan's window first. */
+static inline const uint8_t *capsem_rec_read(const capsem_rec_file *f, uint32_t pgno) {
+    capsem_window_touch(f->window, (uint64_t)(pgno - 1) * f->h.page_size);
+    return capsem_rec_page(f, pgno);
 }
 
 /* SQLite's 64-bit varint at p (at most 9 bytes, not past end): bytes read, 0 when it runs off. */
@@ -86,12 +95,12 @@ static __attribute__((noinline)) const uint8_t *chain_bytes(capsem_rec_file *f, 
         uint32_t at = off + have; /* the next byte wanted, in the chain */
         while (at >= p->chain_at + per) { /* skip pages wholly before it */
             if (!p->left || p->next < 2 || p->next > f->h.page_count || ++f->pages > f->h.page_count) return NULL;
-            p->next = get4(capsem_rec_page(f, p->next));
+            p->next = get4(capsem_rec_read(f, p->next));
             p->chain_at += per;
             p->left--;
         }
         if (!p->left || p->next < 2 || p->next > f->h.page_count || at < p->chain_at) return NULL;
-        const uint8_t *content = capsem_rec_page(f, p->next) + 4;
+        const uint8_t *content = capsem_rec_read(f, p->next) + 4;
         uint32_t from = at - p->chain_at, n = per - from;
         if (n > len - have) n = len - have;
         memcpy(dst + have, content + from, n);

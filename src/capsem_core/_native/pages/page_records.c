@@ -41,6 +41,7 @@ typedef struct {
 
 typedef struct {
     capsem_rec_file f;   /* f.pages: b-tree and overflow pages read: at most page_count, or the tree loops */
+    capsem_page_window win; /* f.window when the scan keeps a bounded window resident */
     capsem_rec_column *cols;
     size_t ncols;
     volatile const int *cancel;
@@ -417,7 +418,7 @@ static int walk(scan *s, uint32_t root) {
         /* Visit pgno: a leaf is read whole, an interior page pushed. */
         if (pgno < 1 || pgno > s->f.h.page_count || ++s->f.pages > s->f.h.page_count) return CAPSEM_REC_UNREADABLE;
         if (s->steps++ % CANCEL_EVERY == 0 && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED; /* from the first page on */
-        const uint8_t *page = capsem_rec_page(&s->f, pgno);
+        const uint8_t *page = capsem_rec_read(&s->f, pgno);
         uint32_t hdr = pgno == 1 ? 100 : 0;
         uint8_t type = page[hdr];
         uint32_t ncell = get2(page + hdr + 3);
@@ -437,7 +438,7 @@ static int walk(scan *s, uint32_t root) {
         for (;;) {
             if (depth == 0) return CAPSEM_REC_OK;
             frame *f = &stack[depth - 1];
-            const uint8_t *ip = capsem_rec_page(&s->f, f->page);
+            const uint8_t *ip = capsem_rec_read(&s->f, f->page);
             uint32_t ih = f->page == 1 ? 100 : 0, n = get2(ip + ih + 3);
             if (f->next > n) {
                 depth--;
@@ -460,7 +461,8 @@ static int walk(scan *s, uint32_t root) {
 }
 
 int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows) {
+                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
+                        uint64_t *rows) {
     *rows = 0;
     for (size_t i = 0; i < ncols; i++) {
         cols[i].values = NULL;
@@ -488,6 +490,8 @@ int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_hea
     s->cancel = cancel;
     for (size_t i = 0; i < CAPSEM_REC_MAX_COLUMNS; i++) s->prev[i] = -1;
     s->lines = 4;
+    /* Without memory for the window the scan still runs, keeping what it reads resident. */
+    if (window && capsem_window_init(&s->win, map, size, window) == 0) s->f.window = &s->win;
     int rc;
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
         rc = CAPSEM_REC_SHRANK;
@@ -498,6 +502,7 @@ int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_hea
         if (rc == CAPSEM_REC_OK) rc = walk(s, root);
         capsem_guard_armed = 0;
     }
+    capsem_window_end(&s->win);
     *rows = s->rows;
     free(s);
     return rc;

@@ -71,8 +71,10 @@ typedef struct {
 /* Scan the table tree rooted at `root` of a mapped file whose header `h` parsed. `cols`
  * (at most CAPSEM_REC_MAX_COLUMNS) in increasing `column` order, the rowid anywhere; columns
  * of one scan may share codes, scans sharing codes must not run at once. `*rows` receives
- * the row count. `cancel`, when not NULL, is polled. Runs without the GIL. */
+ * the row count. `cancel`, when not NULL, is polled. `window`: the bytes of the map the scan
+ * keeps resident (page_window.h; 0: no bound). Runs without the GIL. */
 int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t *rows);
+                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
+                        uint64_t *rows);
 
 #endif

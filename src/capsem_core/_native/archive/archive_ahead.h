@@ -1,0 +1,40 @@
+/* Read-ahead of a ledger's files ahead of its readers, for a check from a cold page cache.
+ *
+ * A check reads session.db by tree order (SQLite's quick_check per table, the page scans)
+ * and session.bodies block by block, all at the speed of the page faults or read(2) calls
+ * that find a page missing: from a dropped cache the readers wait on the disk one request at
+ * a time while the disk could stream the files. One thread here streams them instead, in
+ * file order, a file after the other, as they are handed to it: posix_fadvise(WILLNEED) a
+ * chunk at a time (the kernel reads it asynchronously, nothing is copied to the process),
+ * keeping at most CAPSEM_AHEAD_DEPTH chunks in flight (it waits for the oldest by reading
+ * one byte of its last page), and stopping after `limit` bytes (the page cache it fills is
+ * the system's to reclaim; the caller bounds it by the memory the system has available).
+ * Pages already cached cost a lookup. Nothing read here changes what a reader reads.
+ *
+ * The files are given as descriptors the caller keeps open; each is duplicated (no second
+ * open of the path), so the caller may close its own while the thread runs. */
+#ifndef CAPSEM_ARCHIVE_AHEAD_H
+#define CAPSEM_ARCHIVE_AHEAD_H
+
+#include <stdint.h>
+
+#define CAPSEM_AHEAD_CHUNK (4u << 20)
+#define CAPSEM_AHEAD_DEPTH 8u
+#define CAPSEM_AHEAD_MAX_FILES 8u
+
+typedef struct capsem_ahead capsem_ahead;
+
+/* A read-ahead of at most `limit` bytes in all; NULL when memory ran out. */
+capsem_ahead *capsem_ahead_new(uint64_t limit);
+
+/* Read [0, size) of the file open at `fd` once the files handed before are done (the thread
+ * starts with the first). 0, or an errno (EMFILE past CAPSEM_AHEAD_MAX_FILES). */
+int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size);
+
+/* Bytes asked for so far (for tests and tuning). */
+uint64_t capsem_ahead_done(capsem_ahead *a);
+
+/* Stop (the chunk in flight ends first), join the thread, close the duplicates, free. */
+void capsem_ahead_free(capsem_ahead *a);
+
+#endif

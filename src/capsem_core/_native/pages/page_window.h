@@ -1,0 +1,113 @@
+/* A bounded window of a read-only file map's resident pages, for one reader of session.db's
+ * pages (the page map's walk, one records scan).
+ *
+ * A map's pages stay in the process once touched (its resident size, what an OOM killer
+ * counts) until they are unmapped or dropped; a walk over every page of a 6 GB session.db
+ * would keep 6 GB resident. The reader notes each page it reads here; the map is cut into
+ * chunks of 64 KiB (the span the kernel maps around one fault from the page cache), and once
+ * the reader has touched `limit` chunks since the last drop, every chunk it touched is
+ * dropped from the process (madvise(MADV_DONTNEED) on the runs of adjacent chunks: the page
+ * cache keeps the pages, a later read faults them back in). So one reader keeps at most
+ * `limit` chunks mapped, however large the file and in whatever order its trees lie; pages
+ * read in file order cost one madvise per run, pages read at random about one per page.
+ *
+ * Dropping never changes what is read: the map is read-only and shared, so a page dropped
+ * under another reader (another thread's window on the same map) is only faulted back in.
+ * Where the system has no MADV_DONTNEED nothing is dropped. Header-only: its one user per
+ * module (page_map.c, page_records.c, the overflow reads of page_payload.h) includes it. */
+#ifndef CAPSEM_PAGE_WINDOW_H
+#define CAPSEM_PAGE_WINDOW_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define CAPSEM_WINDOW_CHUNK_SHIFT 16u
+#define CAPSEM_WINDOW_CHUNK (1u << CAPSEM_WINDOW_CHUNK_SHIFT)
+/* The default resident window of one reader (PageFile's unless it is given another). */
+#define CAPSEM_WINDOW_DEFAULT_BYTES (32u << 20)
+
+typedef struct {
+    const uint8_t *base;
+    uint64_t size;     /* bytes mapped */
+    uint64_t *seen;    /* one bit per chunk: touched since the last drop */
+    uint32_t *touched; /* those chunks, in the order first touched */
+    uint32_t ntouched, limit;
+    uint64_t drops;    /* drops so far (for tests and tuning) */
+} capsem_page_window;
+
+static int capsem_window_cmp(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Drop every chunk touched since the last drop, one madvise per run of adjacent chunks. */
+static __attribute__((noinline, unused)) void capsem_window_drop(capsem_page_window *w) {
+    if (!w->ntouched) return;
+    qsort(w->touched, w->ntouched, sizeof *w->touched, capsem_window_cmp);
+    long ps = sysconf(_SC_PAGESIZE);
+    uint64_t page = ps > 0 ? (uint64_t)ps : 4096u;
+    uint64_t mapped = (w->size + page - 1) / page * page;
+    for (uint32_t i = 0; i < w->ntouched;) {
+        uint32_t first = w->touched[i], last = first;
+        while (++i < w->ntouched && w->touched[i] == last + 1) last = w->touched[i];
+        for (uint32_t c = first; c <= last; c++) w->seen[c >> 6] &= ~(1ull << (c & 63));
+#if defined(MADV_DONTNEED)
+        uint64_t from = (uint64_t)first << CAPSEM_WINDOW_CHUNK_SHIFT;
+        uint64_t to = ((uint64_t)last + 1) << CAPSEM_WINDOW_CHUNK_SHIFT;
+        if (to > mapped) to = mapped;
+        if (from < to) madvise((void *)(w->base + from), (size_t)(to - from), MADV_DONTNEED);
+#endif
+    }
+    w->ntouched = 0;
+    w->drops++;
+}
+
+/* A window over the map [base, base + size) keeping at most `bytes` resident (rounded to
+ * whole chunks, at least one); 0, or -1 when memory ran out (then the window is inert:
+ * nothing is tracked or dropped, and the reader reads as before). */
+static __attribute__((unused)) int capsem_window_init(capsem_page_window *w, const uint8_t *base, uint64_t size,
+                                                       uint64_t bytes) {
+    uint64_t chunks = (size >> CAPSEM_WINDOW_CHUNK_SHIFT) + 1;
+    uint64_t limit = bytes >> CAPSEM_WINDOW_CHUNK_SHIFT;
+    if (limit < 1) limit = 1;
+    if (limit > chunks) limit = chunks;
+    w->base = base;
+    w->size = size;
+    w->ntouched = 0;
+    w->drops = 0;
+    w->limit = (uint32_t)limit;
+    w->seen = calloc((size_t)((chunks + 63) / 64), sizeof *w->seen);
+    w->touched = malloc((size_t)limit * sizeof *w->touched);
+    if (chunks > UINT32_MAX || !w->seen || !w->touched) {
+        free(w->seen);
+        free(w->touched);
+        w->seen = NULL;
+        w->touched = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Drop what the reader still holds and free the window. */
+static __attribute__((unused)) void capsem_window_end(capsem_page_window *w) {
+    if (w->seen) capsem_window_drop(w);
+    free(w->seen);
+    free(w->touched);
+    w->seen = NULL;
+    w->touched = NULL;
+}
+
+/* Note the page at byte `offset` of the map (< size) as read: its chunk joins the window. */
+static inline void capsem_window_touch(capsem_page_window *w, uint64_t offset) {
+    if (!w || !w->seen) return;
+    uint64_t c = offset >> CAPSEM_WINDOW_CHUNK_SHIFT;
+    uint64_t bit = 1ull << (c & 63);
+    if (w->seen[c >> 6] & bit) return;
+    w->seen[c >> 6] |= bit;
+    w->touched[w->ntouched++] = (uint32_t)c;
+    if (w->ntouched >= w->limit) capsem_window_drop(w);
+}
+
+#endif

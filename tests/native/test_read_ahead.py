@@ -1,0 +1,115 @@
+"""_archive.ReadAhead (archive_ahead.c): a file handed to it ends up in the page cache, read in
+file order from a descriptor the caller keeps (duplicated, never opened again), at most its
+limit, and closing it stops and joins its thread. The page cache is observed with mincore(2)
+on a map of the file, after the file's clean pages were dropped with POSIX_FADV_DONTNEED;
+waits are for a state, with a generous deadline, never for a time."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from capsem_core._native import _archive
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and fadvise as Linux has them")
+
+SIZE = 24 << 20
+DEADLINE_S = 60.0
+
+
+def _resident(path: Path) -> float:
+    """The share of the file's pages in the page cache."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as m:
+        pages = (len(m) + page - 1) // page
+        vec = (ctypes.c_ubyte * pages)()
+        address = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(len(m)), vec) != 0:
+            pytest.skip(f"mincore failed: {os.strerror(ctypes.get_errno())}")
+        return sum(v & 1 for v in vec) / pages
+
+
+def _dropped(path: Path) -> None:
+    """The file's pages out of the page cache (they are clean: written and synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def cold(tmp_path: Path) -> Path:
+    path = tmp_path / "session.bodies"
+    with open(path, "wb") as f:
+        f.write(os.urandom(SIZE))
+        f.flush()
+        os.fsync(f.fileno())
+    _dropped(path)
+    if _resident(path) > 0.5:
+        pytest.skip("the page cache keeps the file's pages here (POSIX_FADV_DONTNEED is only advice)")
+    return path
+
+
+def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_file_handed_to_a_read_ahead_ends_up_in_the_page_cache(cold: Path) -> None:
+    ahead = _archive.ReadAhead(1 << 40)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, SIZE)
+        _until(lambda: ahead.asked == SIZE and _resident(cold) == 1.0, "the file never came into the page cache")
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_a_read_ahead_asks_for_no_more_than_its_limit(cold: Path) -> None:
+    limit = _archive.READ_AHEAD_CHUNK
+    ahead = _archive.ReadAhead(limit)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, SIZE)
+        _until(lambda: ahead.asked == limit, "the first chunk was never asked for")
+        _until(lambda: _resident(cold) * SIZE >= limit // 2, "the first chunk never came into the page cache")
+        assert ahead.asked == limit
+    finally:
+        ahead.close()
+        os.close(fd)
+    # The kernel may read a little past what was asked (its own read-ahead), never the file.
+    assert _resident(cold) < 0.5
+
+
+def test_a_read_ahead_keeps_its_own_descriptor_and_closes_it(cold: Path) -> None:
+    before = set(os.listdir("/proc/self/fd"))
+    ahead = _archive.ReadAhead(1 << 40)
+    fd = os.open(cold, os.O_RDONLY)
+    ahead.add(fd, SIZE)
+    os.close(fd)   # the caller's own: the read-ahead reads through its duplicate
+    _until(lambda: ahead.asked == SIZE and _resident(cold) == 1.0, "the file never came into the page cache")
+    ahead.close()
+    assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_closed_descriptor_or_a_closed_read_ahead_is_refused(cold: Path) -> None:
+    ahead = _archive.ReadAhead(1 << 40)
+    fd = os.open(cold, os.O_RDONLY)
+    os.close(fd)
+    with pytest.raises(OSError):
+        ahead.add(fd, SIZE)
+    ahead.close()
+    with pytest.raises(ValueError, match="closed"):
+        ahead.add(0, 1)
+    ahead.close()   # twice: nothing more to stop
