@@ -6,8 +6,8 @@ Three groups, each run in one pytest-benchmark session on the same warm ledger:
   body index against the archive including every extent walk, tool lifecycle, ...) against
   ``PRAGMA quick_check`` alone (the baseline), with the page check on 1 and on 2 threads, and
   the page check alone (``check.run.check_pages``: quick_check per table plus the native
-  page map) on 1 and 2 threads. Targets: check <= 0.65x of quick_check alone on 2 cores
-  (issue 13; earlier 1.3x), check --verify-bodies <= 0.9x of it.
+  page map) on 1 and 2 threads. Targets: check <= 0.65x of quick_check alone on 2 cores,
+  check --verify-bodies <= 0.9x of it.
 * ``check-verify``: the whole report with --verify-bodies against the native verify kernel
   alone (``_verify.verify_ledger``: index scan + verify + findings). Target: within 1.15x.
   The report also divides quick_check alone (which the check must run first) by the kernel

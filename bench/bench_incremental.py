@@ -1,5 +1,5 @@
 """``check --verify-bodies --incremental`` and ``--subset`` against the full ``check
---verify-bodies`` of the same ledger, measured in the same run (issue 13's targets).
+--verify-bodies`` of the same ledger, measured in the same run.
 
 Three groups on the 1 GiB large-body sample (``conftest.large``; ``CAPSEM_BENCH_RAW``
 overrides the size), each with the full check as its baseline:

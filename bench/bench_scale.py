@@ -1,4 +1,4 @@
-"""``capsem-ledger check --verify-bodies`` as the ledger grows, and from a cold page cache (issue 28).
+"""``capsem-ledger check --verify-bodies`` as the ledger grows, and from a cold page cache.
 
 Two groups, on small-mix samples (``conftest.sample_ledger``, cached in $CAPSEM_BENCH_CACHE):
 

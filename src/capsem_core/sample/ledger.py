@@ -99,7 +99,7 @@ def write_sample_ledger(directory: os.PathLike[str] | str, *, seed: int = 0, mix
     # the session's start: a close on that path must not fail on an empty box.
     # Not durable until closed: nothing reads a sample while it is written, and a durable
     # commit's checkpoint waits on the disk for every index page it dirtied, a cost that grows
-    # with the ledger (docs/performance.md, "Writing large samples"). The bytes written are the same.
+    # with the ledger (docs/performance.md, "Sample ledgers and knobs"). The bytes written are the same.
     writer = LedgerWriter(directory, codec=codec, on_close=on_close, durable=False,
                           clock=lambda: clock_box[0].now if clock_box else float(start_time))
     try:
