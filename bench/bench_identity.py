@@ -150,7 +150,7 @@ def test_check_identity_paired_rounds(figure, small: Path) -> None:
 
 def _thread_cpu(monkeypatch: pytest.MonkeyPatch, spent: dict[str, float]) -> None:
     """Add each call's thread CPU time of the section's own steps to ``spent``, by step."""
-    for module, name in ((run, "read_graph"), (identity, "held_parts")):
+    for module, name in ((run, "read_graph"), (identity, "held_part")):
         real = getattr(module, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):   # type: ignore[no-untyped-def]
@@ -185,7 +185,7 @@ def _alongside_cost(db: Path) -> float:
 def test_check_identity_cost_by_step(figure, small: Path) -> None:
     """Where the section's CPU goes, steadier than the difference of two whole checks' times:
     the thread CPU, inside check, of the two steps it adds to (the page scan, read_graph; the
-    joins, held_parts), the section's rounds less the baseline's, alternating round by round;
+    joins, held_part), the section's rounds less the baseline's, alternating round by round;
     and the body index's pass reading event_body_blobs' traces and turns for it, with and
     without them on one connection. The ratio printed is the baseline check's CPU over that
     plus the three shares. It leaves out what the section costs the other threads (memory
@@ -205,11 +205,11 @@ def test_check_identity_cost_by_step(figure, small: Path) -> None:
 
     def median(name: str, step: str) -> float:
         return statistics.median(r.get(step, 0.0) for r in rounds[name])
-    share = {step: median("with", step) - median("without", step) for step in ("read_graph", "held_parts")}
+    share = {step: median("with", step) - median("without", step) for step in ("read_graph", "held_part")}
     share["alongside"] = _alongside_cost(small)
     base = median("without", "check")
     total = base + sum(share.values())
     figure(f"\nthe section's steps, thread CPU, {PAIRS} alternating rounds: page scan "
-          f"{share['read_graph'] * 1000:.0f} ms, joins {share['held_parts'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
+          f"{share['read_graph'] * 1000:.0f} ms, joins {share['held_part'] * 1000:.0f} ms (both inside check), event_body_blobs' traces and turns "
           f"{share['alongside'] * 1000:.0f} ms; check without the section {base:.2f} s of CPU; "
           f"{base:.2f} / {total:.2f} = {base / total:.3f} (target >= 0.91)")

@@ -223,25 +223,35 @@ def _held(counts: dict[str, int]) -> CheckResult:
     return part
 
 
+def held_part(graph: Graph, i: int) -> CheckResult | None:
+    """Part ``i`` of the section (0-3, its order): the result its SQL would give, where the
+    arrays read from the pages (``pages.graph``) show it holds, else None (its SQL must run:
+    ``session_parts``). Each part runs as its own step, so each computes only its own joins."""
+    rows = {t: graph.tables[t].rows for t in graph.tables}
+    if i == 0:
+        return _held({"model_items": rows["model_items"], "item_without_model_call": 0,
+                      "tool_call_item_unrecorded": 0, "tool_response_item_unrecorded": 0}) \
+            if model_items_hold(graph) else None
+    if i == 1:
+        return _held({"tool_calls": rows["tool_calls"], "tool_responses": rows["tool_responses"],
+                      "tool_call_not_in_items": 0, "response_not_later": 0}) if tool_calls_hold(graph) else None
+    if i == 2:
+        held, turns = turns_hold(graph)
+        return _held({"turns": turns, "turn_in_many_traces": 0, "turn_without_model_call": 0}) if held else None
+    if i == 3:
+        held, mcp = security_holds(graph)
+        return _held({"mcp_security_calls": mcp, "mcp_call_without_tool_call": 0,
+                      "security_rows": sum(rows[t] for t in SECURITY_TABLES), "security_event_unjoined": 0}) \
+            if held else None
+    raise ValueError(f"the identity graph section has four parts, not part {i}")
+
+
 def held_parts(graph: Graph | None) -> list[CheckResult | None]:
-    """The four parts of the section in its order: each the result its SQL would give, where
-    the arrays read from the pages (``pages.graph``) show it holds, else None (its SQL must
-    run: ``session_parts``)."""
+    """The four parts of the section in its order (``held_part`` of each); all None without
+    a graph."""
     if graph is None:
         return [None, None, None, None]
-    rows = {t: graph.tables[t].rows for t in graph.tables}
-    out: list[CheckResult | None] = [
-        _held({"model_items": rows["model_items"], "item_without_model_call": 0, "tool_call_item_unrecorded": 0,
-               "tool_response_item_unrecorded": 0}) if model_items_hold(graph) else None,
-        _held({"tool_calls": rows["tool_calls"], "tool_responses": rows["tool_responses"],
-               "tool_call_not_in_items": 0, "response_not_later": 0}) if tool_calls_hold(graph) else None]
-    held, turns = turns_hold(graph)
-    out.append(_held({"turns": turns, "turn_in_many_traces": 0, "turn_without_model_call": 0}) if held else None)
-    held, mcp = security_holds(graph)
-    out.append(_held({"mcp_security_calls": mcp, "mcp_call_without_tool_call": 0,
-                      "security_rows": sum(rows[t] for t in SECURITY_TABLES), "security_event_unjoined": 0})
-               if held else None)
-    return out
+    return [held_part(graph, i) for i in range(4)]
 
 
 def merge_parts(result: CheckResult, parts: Sequence[CheckResult]) -> None:
@@ -262,4 +272,4 @@ def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: S
 
 __all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part",
            "check_identity_graph", "check_model_items", "check_security_joins", "check_tool_calls", "check_turns",
-           "held_parts", "merge_parts", "session_parts"]
+           "held_part", "held_parts", "merge_parts", "session_parts"]

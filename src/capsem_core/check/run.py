@@ -225,7 +225,7 @@ class _Check:
         sql = identity.session_parts(session_stopped(self.row))[i]
 
         def run(conn: sqlite3.Connection, _schema: None, graph: Graph | None = None) -> CheckResult:
-            held = identity.held_parts(graph)[i] if graph is not None else None
+            held = identity.held_part(graph, i) if graph is not None else None
             return held if held is not None else sql(conn)
 
         return run

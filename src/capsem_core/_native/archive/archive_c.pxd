@@ -93,6 +93,11 @@ cdef extern from "archive_file.h" nogil:
     void capsem_file_close(capsem_archive_file *f)
     int capsem_file_replaced(const capsem_archive_file *f, const char *path)
     void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t lo, uint64_t hi)
+    ctypedef struct capsem_drop_batch:
+        uint64_t lo
+        uint64_t hi
+    void capsem_drop_batch_add(capsem_drop_batch *d, const uint8_t *base, uint64_t size, uint64_t lo, uint64_t hi) nogil
+    void capsem_drop_batch_flush(capsem_drop_batch *d, const uint8_t *base, uint64_t size) nogil
 
 cdef extern from "archive_verify.h" nogil:
     ctypedef struct capsem_verify_job:

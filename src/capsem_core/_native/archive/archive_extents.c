@@ -65,7 +65,7 @@ static int segment_digest(const uint8_t *base, uint64_t at, uint64_t end, uint8_
     return ok;
 }
 
-static void hash_one(capsem_extents_job *job, size_t i) {
+static void hash_one(capsem_extents_job *job, size_t i, capsem_drop_batch *dropped) {
     const capsem_extents_spec *s = &job->spec;
     int64_t off = s->offset[i], len = s->length[i];
     if (off < 0 || len < 0 || (uint64_t)off > s->size || (uint64_t)len > s->size - (uint64_t)off) {
@@ -84,18 +84,20 @@ static void hash_one(capsem_extents_job *job, size_t i) {
     int chained = segment_digest(s->base, a, b, s->segments + 32 * i);
     capsem_guard_armed = 0;
     s->status[i] = chained ? CAPSEM_EXTENT_HASHED : CAPSEM_EXTENT_UNCHAINED;
-    capsem_map_drop(s->base, s->size, a, b);
+    capsem_drop_batch_add(dropped, s->base, s->size, a, b);
     atomic_fetch_add(&job->bytes_done, b - a);
 }
 
 static void *worker_main(void *arg) {
     capsem_extents_job *job = arg;
+    capsem_drop_batch dropped = {0, 0};
     for (;;) {
         if (atomic_load(&job->stop)) break;
         size_t i = atomic_fetch_add(&job->next, 1);
         if (i >= job->spec.n) break;
-        hash_one(job, i);
+        hash_one(job, i, &dropped);
     }
+    capsem_drop_batch_flush(&dropped, job->spec.base, job->spec.size);
     pthread_mutex_lock(&job->lock);
     job->running--;
     pthread_cond_broadcast(&job->cond);

@@ -98,3 +98,26 @@ void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t
     uint64_t b = to > UINT64_MAX - CAPSEM_FAULT_SPAN ? UINT64_MAX : to + CAPSEM_FAULT_SPAN;
     capsem_map_advise(base, size, a, b, ADVICE_DONTNEED, 0);
 }
+
+void capsem_drop_batch_flush(capsem_drop_batch *d, const uint8_t *base, uint64_t size) {
+    if (d->hi > d->lo) capsem_map_drop(base, size, d->lo, d->hi);
+    d->lo = d->hi = 0;
+}
+
+void capsem_drop_batch_add(capsem_drop_batch *d, const uint8_t *base, uint64_t size, uint64_t from, uint64_t to) {
+    if (to <= from) return;
+    if (d->hi > d->lo) {
+        uint64_t lo = from < d->lo ? from : d->lo, hi = to > d->hi ? to : d->hi;
+        if (hi - lo > CAPSEM_DROP_BATCH) {
+            capsem_drop_batch_flush(d, base, size); /* beyond the span's reach: start another */
+        } else {
+            d->lo = lo;
+            d->hi = hi;
+            if (hi - lo == CAPSEM_DROP_BATCH) capsem_drop_batch_flush(d, base, size);
+            return;
+        }
+    }
+    d->lo = from;
+    d->hi = to;
+    if (to - from >= CAPSEM_DROP_BATCH) capsem_drop_batch_flush(d, base, size);
+}

@@ -64,6 +64,18 @@ void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64
 #define CAPSEM_FAULT_SPAN (64u << 10)
 void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to);
 
+/* The ranges one reader finishes, merged into one span and dropped (capsem_map_drop) once it
+ * covers CAPSEM_DROP_BATCH bytes, when a range lies beyond that reach, and at the end: each
+ * madvise(MADV_DONTNEED) in a threaded process flushes the other cores' TLBs, so a drop per
+ * finished extent cost more than the memory it gave back. A span may cover a range another
+ * thread is still reading; that range only faults back in. */
+#define CAPSEM_DROP_BATCH (32u << 20)
+typedef struct {
+    uint64_t lo, hi; /* empty when lo == hi */
+} capsem_drop_batch;
+void capsem_drop_batch_add(capsem_drop_batch *d, const uint8_t *base, uint64_t size, uint64_t from, uint64_t to);
+void capsem_drop_batch_flush(capsem_drop_batch *d, const uint8_t *base, uint64_t size);
+
 /* 1 when the path no longer names the file we opened (renamed over, deleted, unreadable). */
 int capsem_file_replaced(const capsem_archive_file *f, const char *path);
 

@@ -371,6 +371,8 @@ cdef class ArchiveReader:
         cdef uint64_t b, d
         cdef size_t kept
         cdef int refreshed = 0
+        cdef capsem_drop_batch dropped
+        dropped.lo = dropped.hi = 0
         for i in range(n):
             vf[i] = <int64_t>walk.table.n
             if vo[i] < 0:
@@ -382,13 +384,15 @@ cdef class ArchiveReader:
             b = <uint64_t>vo[i]
             d = <uint64_t>vl[i]
             if (b + d > self.f.size or b + d < b) and not refreshed:
+                capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)  # its spans are of this map
                 self._refresh()  # once: the file may have grown since it was mapped
                 refreshed = 1
             kept = walk.table.n
             with nogil:
                 st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
                 # Headers only, each at most once: the pages they lie on need not stay mapped.
-                capsem_map_drop(self.f.map, self.f.size, b, b + d if b + d <= self.f.size else self.f.size)
+                capsem_drop_batch_add(&dropped, self.f.map, self.f.size, b,
+                                      b + d if b + d <= self.f.size else self.f.size)
             if st == CAPSEM_E_NOMEM:
                 raise MemoryError("no memory for the segment table")
             if st != CAPSEM_OK:
@@ -398,6 +402,7 @@ cdef class ArchiveReader:
                 continue
             vr[i] = <int64_t>ext.raw_len
             vs[i] = <int64_t>ext.segments
+        capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
         vf[n] = <int64_t>walk.table.n
         return walk
 
