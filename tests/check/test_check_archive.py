@@ -8,11 +8,11 @@ the finding, its wording and the exit code.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 from tests.check.test_check import run_cli, sql, write_ledger
+from tests.columns.ledgers import poke
 
 from capsem_core import check
 from capsem_core.check import check_ledger, sql_checks
@@ -321,14 +321,6 @@ I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 MIB16 = 16 << 20
 
 
-def forge(db: Path, statement: str, params: tuple = ()) -> None:
-    """Write values the schema's CHECK constraints would refuse: a hostile file need not obey them."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute("PRAGMA ignore_check_constraints = ON")
-        conn.execute(statement, params)
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize(("body_offset", "body_len"), [
@@ -336,7 +328,7 @@ def forge(db: Path, statement: str, params: tuple = ()) -> None:
     (MIB16 + 1, 0), (0, MIB16 + 1)])
 def test_a_span_outside_any_blocks_raw_bytes_is_found_without_wrapping(ledger: Path, capsys, body_offset: int,
                                                                       body_len: int) -> None:
-    forge(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
+    poke(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
                   "WHERE id = (SELECT MIN(id) FROM event_body_blobs)", (body_offset, body_len, body_len))
     report = check_ledger(ledger, verify_bodies=True)
     archive = report.checks["body_archive"]
@@ -350,7 +342,7 @@ def test_a_span_outside_any_blocks_raw_bytes_is_found_without_wrapping(ledger: P
 
 
 def test_a_span_at_the_bounds_still_runs_past_its_blocks_raw_bytes(ledger: Path) -> None:
-    forge(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
+    poke(ledger, "UPDATE event_body_blobs SET body_offset = ?, body_len = ?, stored_bytes = ? "
                   "WHERE id = (SELECT MIN(id) FROM event_body_blobs)", (MIB16, MIB16, MIB16))
     archive = check_ledger(ledger).checks["body_archive"]
     assert [(f.code, f.count) for f in archive.findings] == [("body_past_raw_len", 1)]
@@ -366,7 +358,7 @@ def test_a_span_at_the_bounds_still_runs_past_its_blocks_raw_bytes(ledger: Path)
 def test_a_block_length_out_of_bounds_is_found_and_takes_no_part_in_sums(ledger: Path, column: str, value: int,
                                                                         message: str) -> None:
     (first, _, d1), (second, _, d2) = blocks(ledger)
-    forge(ledger, f"UPDATE body_blocks SET {column} = ? WHERE block_offset = ?", (value, first))
+    poke(ledger, f"UPDATE body_blocks SET {column} = ? WHERE block_offset = ?", (value, first))
     report = check_ledger(ledger, verify_bodies=True)
     archive = report.checks["body_archive"]
     codes = [f.code for f in archive.findings]
@@ -382,8 +374,8 @@ def test_a_block_length_out_of_bounds_is_found_and_takes_no_part_in_sums(ledger:
                                                (I64_MIN, "before the start of session.bodies")])
 def test_a_block_offset_out_of_bounds_is_found_not_wrapped(ledger: Path, capsys, offset: int, where: str) -> None:
     second = blocks(ledger)[1][0]
-    forge(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (offset, second))
-    forge(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (offset, second))
+    poke(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (offset, second))
+    poke(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (offset, second))
     archive = check_ledger(ledger).checks["body_archive"]
     assert [f.message for f in archive.findings] == [
         f"block at offset {offset} starts {where} (block offsets lie in 0..{check.MAX_EXTENT_BYTES})"]
@@ -394,8 +386,8 @@ def test_a_block_offset_out_of_bounds_is_found_not_wrapped(ledger: Path, capsys,
 def test_a_block_offset_in_bounds_but_past_the_file_is_a_short_archive(ledger: Path, capsys) -> None:
     second, _, d2 = blocks(ledger)[1]
     far = check.MAX_EXTENT_BYTES - d2
-    forge(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (far, second))
-    forge(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (far, second))
+    poke(ledger, "UPDATE body_blocks SET block_offset = ? WHERE block_offset = ?", (far, second))
+    poke(ledger, "UPDATE event_body_blobs SET block_offset = ? WHERE block_offset = ?", (far, second))
     size = bodies_of(ledger).stat().st_size
     code, out, _ = run_cli(capsys, "--db", str(ledger))
     assert code == 1
