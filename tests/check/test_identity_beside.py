@@ -17,10 +17,9 @@ import pytest
 from capsem_core import db as _db
 from capsem_core import snapshot as opening
 from capsem_core._native import _pages
-from capsem_core.check import check_ledger, identity, run, sql_checks
+from capsem_core.check import check_ledger, identity, run, sql_checks, steps
 from capsem_core.check.report import CHECKS, CheckResult
 from capsem_core.errors import LedgerError
-from capsem_core.pages import check as page_check
 from capsem_core.pages import graph as identity_pages
 from capsem_core.sample import write_sample_ledger
 from tests.check.test_check import sql
@@ -140,17 +139,17 @@ def test_parts_no_worker_has_taken_yet_run_on_the_checks_connection_instead_of_w
     alone = _on_one_connection(damaged)
     expected = _sql_parts_run(damaged)
     parts = Parts(monkeypatch)
-    # The one worker is held in its first page job until the checks' thread has run every part.
-    real = page_check.quick_check_lines
-    first = threading.Lock()
+    # The one worker is held before it takes any step until the checks' thread has run every
+    # part: held inside a step, it could hold one the checks' thread needs, and a worker that
+    # started first could have taken parts already.
+    real = steps.Scheduler._work
     me = threading.current_thread().name
 
-    def held(conn: sqlite3.Connection, table: str | None = None) -> list[str]:
-        if first.acquire(blocking=False):
-            parts.wait_for(expected, me)
-        return real(conn, table)
+    def held(self: steps.Scheduler, conn: sqlite3.Connection) -> None:
+        parts.wait_for(expected, me)
+        real(self, conn)
 
-    monkeypatch.setattr(page_check, "quick_check_lines", held)
+    monkeypatch.setattr(steps.Scheduler, "_work", held)
     report = check_ledger(damaged, page_threads=1)
     assert report.checks["pages"].counts["method"] == "per_table"
     assert parts.seen == [me] * expected
