@@ -1,9 +1,9 @@
 /* Fingerprints of committed extents (see archive_extents.h).
  *
- * Extents are taken from an atomic counter by up to `threads` workers, each hashing whole
- * extents (an extent is at most a block: 16 MiB raw, a little more on disk), so a worker the
- * scheduler holds back leaves the rest to the others. Each extent is read ahead before it is
- * hashed and its whole pages dropped from the process after, as the verify kernel does, so
+ * Runs of consecutive extents are taken from an atomic counter by up to `threads` workers,
+ * each hashing whole extents (an extent is at most a block: 16 MiB raw, a little more on
+ * disk), so a worker the scheduler holds back leaves the rest to the others. Each extent is
+ * read ahead before it is hashed and a run's pages dropped from the process after it, so
  * the resident size stays flat however large the archive; every read of the map is under
  * the SIGBUS guard. Outcomes go to fixed indices: the result does not depend on the thread
  * count. */
@@ -33,8 +33,14 @@ struct capsem_extents_job {
     pthread_cond_t cond;
     int running;
     int nthreads;
+    size_t group; /* consecutive extents taken at a time */
     pthread_t tids[MAX_THREADS];
 };
+
+/* Consecutive extents a worker takes at once: a run of its own, whose pages it drops in one
+ * call when the run is done (a span reaching into extents another worker is still reading
+ * would make that worker fault them in again); small enough that every worker gets several. */
+#define GROUP_MAX 16
 
 /* The hashes of the segment headers in [at + block header, end), fed in order; 0 when they
  * do not chain exactly to end (the archive check reports why; here it only marks the digest
@@ -93,11 +99,12 @@ static void *worker_main(void *arg) {
     capsem_drop_batch dropped = {0, 0};
     for (;;) {
         if (atomic_load(&job->stop)) break;
-        size_t i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->spec.n) break;
-        hash_one(job, i, &dropped);
+        size_t lo = atomic_fetch_add(&job->next, job->group);
+        if (lo >= job->spec.n) break;
+        size_t hi = job->spec.n - lo < job->group ? job->spec.n : lo + job->group;
+        for (size_t i = lo; i < hi && !atomic_load(&job->stop); i++) hash_one(job, i, &dropped);
+        capsem_drop_batch_flush(&dropped, job->spec.base, job->spec.size);
     }
-    capsem_drop_batch_flush(&dropped, job->spec.base, job->spec.size);
     pthread_mutex_lock(&job->lock);
     job->running--;
     pthread_cond_broadcast(&job->cond);
@@ -119,6 +126,9 @@ capsem_extents_job *capsem_extents_start(const capsem_extents_spec *spec) {
     }
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if ((size_t)threads > spec->n) threads = spec->n ? (int)spec->n : 1;
+    job->group = spec->n / ((size_t)threads * 8);
+    if (job->group < 1) job->group = 1;
+    if (job->group > GROUP_MAX) job->group = GROUP_MAX;
     pthread_mutex_lock(&job->lock);
     for (int t = 0; t < threads; t++) {
         if (pthread_create(&job->tids[t], NULL, worker_main, job) != 0) break;
