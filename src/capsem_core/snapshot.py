@@ -298,7 +298,8 @@ class Snapshot:
         """A further read-only connection to session.db with this snapshot's plan, in a read
         transaction of its own (a later snapshot where the file is not this one); closed with
         the snapshot."""
-        conn = open_read_only(self.db_path, self.plan)
+        # Counted with the connections already open, so the maps stay within the budget's reach.
+        conn = open_read_only(self.db_path, self.plan, connections=2 + len(self.workers) + len(self._extra))
         self._extra.append(conn)
         _begin(conn)
         return conn
