@@ -4,11 +4,14 @@ read(2), so what stays resident never grows with the file."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
 from capsem_core import snapshot
+from capsem_core.check import check_ledger
 from capsem_core.sample import write_sample_ledger
 
 
@@ -55,3 +58,27 @@ def test_the_map_of_each_connection_is_the_whole_file_or_none() -> None:
     assert snapshot.map_bytes(budget // 4 + 1, 4) == 0
     assert snapshot.map_bytes(budget, 0) == budget   # no workers: the one connection
     assert snapshot.map_bytes(budget + 1, 1) == 0
+
+
+class _NoSpareDescriptor:
+    """A read-ahead the system cannot give a descriptor to (EMFILE), as a full process would."""
+
+    closed = 0
+
+    def __init__(self, budget: int) -> None:
+        pass
+
+    def add(self, fd: int, size: int) -> None:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    def close(self) -> None:
+        _NoSpareDescriptor.closed += 1
+
+
+def test_a_read_ahead_that_cannot_start_leaves_the_check_as_it_would_be(
+        ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = check_ledger(ledger, verify_bodies=True).to_json()
+    monkeypatch.setattr(snapshot._archive, "ReadAhead", _NoSpareDescriptor)
+    got = check_ledger(ledger, verify_bodies=True)
+    assert got.sound and got.to_json() == want
+    assert _NoSpareDescriptor.closed >= 1   # stopped, not left half started

@@ -243,9 +243,21 @@ class Snapshot:
         if self._reader is None:
             self._reader = _archive.ArchiveReader(self.bodies_path)
             self._own_reader = True
-            if self._ahead is not None and self._ahead_bodies:
-                self._ahead.add(self._reader.fileno(), self._reader.size)
+            if self._ahead_bodies:
+                self._ahead_add(self._reader.fileno(), self._reader.size)
         return self._reader
+
+    def _ahead_add(self, fd: int, size: int) -> None:
+        """Hand one file to the read-ahead. It is only a hint: where it cannot run (no
+        descriptor or thread to spare, a system without the advice) it is stopped, and the
+        readers read as they would without it."""
+        if self._ahead is None:
+            return
+        try:
+            self._ahead.add(fd, size)
+        except (OSError, MemoryError):
+            self._ahead.close()
+            self._ahead = None
 
     def read_ahead(self, *, bodies: bool, share: float = 1.0) -> None:
         """Stream session.db into the page cache ahead of this snapshot's readers, then, with
@@ -259,11 +271,14 @@ class Snapshot:
         budget = int(read_ahead_budget() * min(1.0, max(0.0, share)))
         if budget <= 0:
             return
-        self._ahead = _archive.ReadAhead(budget)
+        try:
+            self._ahead = _archive.ReadAhead(budget)
+        except MemoryError:
+            return
         self._ahead_bodies = bodies
-        self._ahead.add(self.pages.fileno(), self.pages.size)
+        self._ahead_add(self.pages.fileno(), self.pages.size)
         if bodies and self._reader is not None:
-            self._ahead.add(self._reader.fileno(), self._reader.size)
+            self._ahead_add(self._reader.fileno(), self._reader.size)
 
     @property
     def reader(self) -> _archive.ArchiveReader | None:

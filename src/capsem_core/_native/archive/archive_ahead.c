@@ -92,6 +92,12 @@ capsem_ahead *capsem_ahead_new(uint64_t limit) {
 int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size) {
     pthread_mutex_lock(&a->lock);
     int err = 0;
+#if !defined(POSIX_FADV_WILLNEED)
+    /* Nothing to ask the system for: a thread would only wait on reads for nothing. */
+    (void)fd;
+    (void)size;
+    err = ENOTSUP;
+#else
     if (a->stop || a->nfiles == CAPSEM_AHEAD_MAX_FILES) {
         err = EMFILE;
     } else {
@@ -107,6 +113,7 @@ int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size) {
             pthread_cond_broadcast(&a->cond);
         }
     }
+#endif
     pthread_mutex_unlock(&a->lock);
     return err;
 }
