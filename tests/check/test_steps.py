@@ -161,3 +161,18 @@ def test_steps_that_need_an_undeclared_step_or_repeat_a_name_are_refused() -> No
         scheduler([Step("a", lambda c, x: None, needs=("x",))])
     with pytest.raises(ValueError, match="repeat"):
         scheduler([Step("a", lambda c: None), Step("a", lambda c: None)])
+
+
+def test_a_transient_result_is_released_when_its_readers_settle_even_unrun() -> None:
+    released: list[str] = []
+
+    def boom(conn: Conn, index: object) -> None:
+        raise RuntimeError("no")
+
+    steps = [Step("index", lambda c: "big arrays", transient=True, release=lambda: released.append("index")),
+             Step("boom", boom, needs=("index",)),
+             Step("reads_index", lambda c, i: i, needs=("index",)),   # stopped by boom, never run
+             Step("after", lambda c: None)]
+    outcome = scheduler(steps).run()
+    assert isinstance(outcome.failures["reads_index"], NeedFailed)
+    assert released == ["index"] and outcome.results.get("index") is None

@@ -90,6 +90,7 @@ class Scheduler:
         self._torn_down = False   # interrupted: nothing starts
         self._needed_by_step = {s.name: [t.name for t in steps if s.name in t.needs] for s in steps}
         self._released: set[str] = set()
+        self._unreleased: list[Callable[[], None]] = []   # release hooks of steps settled unrun
 
     # --- under the lock ------------------------------------------------------------------
 
@@ -130,6 +131,8 @@ class Scheduler:
         if failed or not self._may_start(step):
             why = f"{failed[0]} failed" if failed else "the check stopped"
             self._failed[step.name] = NeedFailed(f"{step.name} not run: {why}")
+            # Settled too: what it alone still needed goes (its hooks run once the steps end).
+            self._unreleased.extend(self._releasable(step))
             self._cond.notify_all()
             return False
         return True
@@ -206,6 +209,9 @@ class Scheduler:
             for t in threads:
                 if t.ident is not None:   # a Ctrl-C can land between a thread's creation and its start
                     t.join()
+            for release in self._unreleased:
+                release()
+            self._unreleased.clear()
         return Outcome(dict(self._done), dict(self._failed))
 
     def _run_own(self) -> None:
