@@ -5,7 +5,7 @@ The specification names "the wrong session's figures" as the symptom of a route 
 When ``check`` reaches a ledger through a home (``check SESSION``, or the latest session), the
 ``sessions`` row main.db holds for that id is read, and for a session whose status is
 ``stopped`` (Capsem rolled it up when it stopped) every total column is compared with what
-Capsem's rollup formulas (``capsem_core.sessions.rollup.totals_on``, the one place they are
+Capsem's rollup formulas (``capsem_core.sessions.totals.totals_on``, the one place they are
 written) compute from the ledger, on the checks' own snapshot. A session still running, or
 ``crashed`` (it never ran its stop path, so it keeps the zeros of a session never rolled up),
 is not compared, and the section says so; so is a ledger named with ``--db`` alone, which has
@@ -21,8 +21,6 @@ from pathlib import Path
 
 from capsem_core.check.report import NOTE, WARNING, CheckResult, Finding, Value
 from capsem_core.errors import LedgerError
-from capsem_core.sessions.maindb import OPTIONAL_COUNTS, TOTAL_COLUMNS, as_float, as_int, open_main_db
-from capsem_core.sessions.rollup import totals_on
 
 STOPPED = "stopped"
 # A rolled-up cost is the same SQL SUM over the same rows; the tolerance only absorbs a REAL's
@@ -55,6 +53,10 @@ def read_route(route: SessionRoute | None) -> tuple[RouteRow | None, str | None]
         return None, "main.db records no session id for this VM's ledger directory"
     if not route.main_db.exists():
         return None, f"the home has no main.db ({route.main_db})"
+    # main.db's reader is loaded only for a ledger reached through a home: ``check --db`` and
+    # the library's own checks never pay its import.
+    from capsem_core.sessions.maindb import OPTIONAL_COUNTS, TOTAL_COLUMNS, open_main_db
+
     try:
         conn, have = open_main_db(route.main_db, need=("id", "status", *TOTAL_COLUMNS))
     except LedgerError as exc:
@@ -80,6 +82,8 @@ def session_stopped(row: RouteRow | None) -> bool | None:
 
 
 def _differs(column: str, recorded: Value, computed: int | float) -> bool:
+    from capsem_core.sessions.maindb import as_float, as_int
+
     if column == "total_estimated_cost":
         return not math.isclose(as_float(recorded), float(computed), rel_tol=COST_REL_TOLERANCE, abs_tol=1e-12)
     # A value that is not a number (a damaged or hostile main.db) is read as 0, as list does.
@@ -103,6 +107,9 @@ def check_route(conn: sqlite3.Connection, route: SessionRoute | None, row: Route
                       if row.status in ("running", "crashed") else
                       f"session {session} is {state} in main.db, not stopped, so its totals are not compared")
         return
+    from capsem_core.sessions.maindb import OPTIONAL_COUNTS
+    from capsem_core.sessions.totals import totals_on
+
     counts = [c for c in OPTIONAL_COUNTS if c in row.totals]
     ledger = totals_on(conn, session, counts)
     differing: list[dict[str, Value]] = []

@@ -7,7 +7,6 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from capsem_core import sessions
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
@@ -131,8 +130,10 @@ def ledger_target(args: argparse.Namespace) -> Path:
         if args.session is not None:
             raise UsageError(f"give a SESSION or --db PATH, not both (got {args.session!r} and --db {args.db})")
         return db_argument(args.db)
+    from capsem_core.sessions.resolve import resolve_session   # main.db's reader: only when a home is read
+
     try:
-        return sessions.resolve_session(args.session).db_path
+        return resolve_session(args.session).db_path
     except LedgerError as exc:
         hint = db_hint(args.session)
         if not hint:

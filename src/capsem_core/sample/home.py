@@ -19,7 +19,7 @@ from typing import Literal
 
 from capsem_core.errors import LedgerError
 from capsem_core.sessions.maindb import create_main_db, mark_session
-from capsem_core.sessions.rollup import rollup
+from capsem_core.sessions.totals import rollup
 from capsem_core.paths import SESSION_DB
 from capsem_core.sample.ledger import DEFAULT_START_TIME, SampleSummary, write_sample_ledger
 from capsem_core.sample.profiles import Mix

@@ -9,7 +9,7 @@ The package owns:
 * :mod:`~capsem_core.sessions.vmnames` — capsem-core's sidecar linking VM names to ids;
 * :mod:`~capsem_core.sessions.maindb` — Capsem's main.db (its layout, read by column name at
   any ``user_version``): open, create, insert, mark, rows;
-* :mod:`~capsem_core.sessions.rollup` — a session's totals, recomputed from its ledger into
+* :mod:`~capsem_core.sessions.totals` — a session's totals, recomputed from its ledger into
   main.db;
 * :mod:`~capsem_core.sessions.listing` — listing sessions (their text and JSON forms are
   the command line's: :mod:`capsem_core.cli.sessions`).
@@ -41,12 +41,9 @@ if TYPE_CHECKING:
     from capsem_core.sessions.resolve import (
         Kind, SessionRef, ledger_exists, locate_ledger, register_session, resolve_session, vm_name,
     )
-    from capsem_core.sessions.rollup import SessionTotals, read_totals, rollup_on_close
+    from capsem_core.sessions.totals import SessionTotals, read_totals, rollup, rollup_on_close
     from capsem_core.paths import SESSION_BODIES, SESSION_DB
 
-# The function ``rollup`` is loaded now: its module has its name, and importing the module
-# (as anything may) would otherwise leave the module where the function is asked for.
-from capsem_core.sessions.rollup import rollup  # noqa: E402
 
 # Each public name and the module that defines it: loaded when first used (PEP 562), so a
 # command pays only for the parts of this package it touches.
@@ -70,7 +67,7 @@ _HOMES: dict[str, str] = {
     "SESSION_DB": "capsem_core.paths",
     "SessionRef": "capsem_core.sessions.resolve",
     "SessionRow": "capsem_core.sessions.maindb",
-    "SessionTotals": "capsem_core.sessions.rollup",
+    "SessionTotals": "capsem_core.sessions.totals",
     "USAGE_TABLES": "capsem_core.sessions.maindb",
     "capsem_home": "capsem_core.sessions.home",
     "check_session_word": "capsem_core.sessions.home",
@@ -86,11 +83,12 @@ _HOMES: dict[str, str] = {
     "mark_session": "capsem_core.sessions.maindb",
     "now_text": "capsem_core.sessions.maindb",
     "open_main_db": "capsem_core.sessions.maindb",
-    "read_totals": "capsem_core.sessions.rollup",
+    "read_totals": "capsem_core.sessions.totals",
     "recent_sessions": "capsem_core.sessions.maindb",
     "register_session": "capsem_core.sessions.resolve",
     "resolve_session": "capsem_core.sessions.resolve",
-    "rollup_on_close": "capsem_core.sessions.rollup",
+    "rollup": "capsem_core.sessions.totals",
+    "rollup_on_close": "capsem_core.sessions.totals",
     "run_dir": "capsem_core.sessions.home",
     "select_rows_sql": "capsem_core.sessions.maindb",
     "session_recorded": "capsem_core.sessions.maindb",

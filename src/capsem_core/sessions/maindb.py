@@ -9,7 +9,7 @@ module does the same: any main.db whose ``sessions`` table has the columns an op
 is read (and written) whatever its version, and nothing here ever alters its schema. A new
 main.db is created with Capsem's DDL, WAL journal mode and ``user_version = 7``.
 
-The rollup, which writes a session's totals here, is :mod:`capsem_core.sessions.rollup`.
+The rollup, which writes a session's totals here, is :mod:`capsem_core.sessions.totals`.
 """
 
 from __future__ import annotations
