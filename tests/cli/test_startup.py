@@ -118,3 +118,26 @@ def test_importing_the_command_line_loads_no_command() -> None:
              "print(sorted(m for m in sys.modules if m.startswith('capsem_core.') or m == 'numpy'))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "['capsem_core.cli']", done.stdout
+
+
+_CHECK_LOADED = """
+import sys
+import capsem_core.cli as cli
+code = cli.main(sys.argv[1:])
+unused = ("capsem_core.sessions.maindb", "capsem_core.sessions.totals", "capsem_core.check.incremental",
+          "capsem_core.check.record", "capsem_core.check.subset", "capsem_core.cli.list", "capsem_core.cli.body",
+          "shutil")
+print(code, ",".join(m for m in unused if m in sys.modules))
+"""
+
+
+def test_a_check_named_with_db_loads_neither_main_db_nor_the_verify_machinery(tmp_path: Path) -> None:
+    # --db has no home, so main.db's reader and the rollup are never needed; without
+    # --verify-bodies nothing chooses blocks to read back; and no other command is built.
+    ledger = tmp_path / "ledger"
+    subprocess.run([sys.executable, "-m", "capsem_core", "sample", "--bodies", "20", str(ledger)], check=True,
+                   capture_output=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", _CHECK_LOADED, "check", "--db", str(ledger)], capture_output=True,
+                          text=True, timeout=120)
+    code, loaded = (done.stdout.splitlines()[-1].split(" ") + [""])[:2]
+    assert code == "0" and loaded == "", (done.stdout[-300:], done.stderr[-300:])

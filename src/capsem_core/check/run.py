@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capsem_core import cores, schema
 from capsem_core._native import _pages
 from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check import identity, sql_checks
 from capsem_core.check.archive import check_body_archive, has_body_index
-from capsem_core.check.incremental import VerifyOptions
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
 from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
 from capsem_core.check.steps import Outcome, Scheduler, Step
@@ -33,6 +32,9 @@ from capsem_core.pages import check as page_check
 from capsem_core.pages.graph import Graph, blobs_alongside, read_graph, worth_scanning
 from capsem_core.pages.lifecycle import lifecycle_from_graph
 from capsem_core.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from capsem_core.check.incremental import VerifyOptions
 
 # The identity graph's reads go to the workers ahead of the page jobs: the section waits on
 # them at the end, while the page jobs' order only decides which core finishes last.

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions, verify_part
 from capsem_core.check.report import ERROR, CheckResult, Finding
-from capsem_core.snapshot import Snapshot
-from capsem_core.verify import BodyFault
+
+if TYPE_CHECKING:
+    from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions
+    from capsem_core.snapshot import Snapshot
+    from capsem_core.verify import BodyFault
 
 # ``progress(bytes_done, bodies_done)`` while --verify-bodies reads bodies back. A callback that
 # also has ``begin(total_bytes, total_bodies)`` and ``end()`` methods is told the totals first
@@ -42,6 +45,9 @@ def verify_bodies(snapshot: Snapshot, result: CheckResult, progress: ProgressCal
     """Every body of ``snapshot`` read back through its segments' hashes and its own, failing
     rows labelled through its connection. ``options``: --incremental, --max-age and --subset
     (default: every block)."""
+    # The verify machinery loads when bodies are read back, not for every check.
+    from capsem_core.check.incremental import VerifyOptions, verify_part
+
     index = snapshot.index()
     total = len(index)
     result.counts.update(bodies=total, verified=0, body_bytes=int(index.body_len.sum()) if total else 0)

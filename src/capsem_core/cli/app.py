@@ -91,11 +91,47 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+_help_width: int | None = None
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout with the terminal's width read once per process: argparse asks
+    for it at every argument it adds (through ``shutil``, whose import alone costs a check of a
+    small ledger more than its parse)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        global _help_width
+        if width is None:
+            if _help_width is None:
+                _help_width = _terminal_columns() - 2   # argparse's own margin
+            width = _help_width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    """The width help is laid out for: $COLUMNS, else the terminal's, else 80 (shutil's rule)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors are also JSON on stdout when the command line
     asks for ``--json`` (set by ``main`` before parsing)."""
 
     json_wanted = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         if _Parser.json_wanted:
@@ -111,14 +147,18 @@ def _json_in(argv: Sequence[str]) -> bool:
 
 
 def build_parser(chosen: str | None = None, *, every: bool = False) -> argparse.ArgumentParser:
-    """The parser of every command; only ``chosen``'s arguments are added (its module is
-    imported), the others are names with their help (enough for ``--help``). ``every``: all
-    commands' arguments (every module imported: what a walk of the whole command line reads)."""
+    """The parser of the command line. With ``chosen`` (a command named on it) that command
+    alone, with its arguments (its module imported); else every command's name and help
+    (enough for ``--help`` and for naming the choices of a word that is none). ``every``: all
+    commands with their arguments (every module imported: what a walk of the whole command
+    line reads)."""
     parser = _Parser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
     parser.add_argument("--version", action=_VersionAction, help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, help_text, _module in COMMANDS:
+        if chosen is not None and name != chosen and not every:
+            continue
         p = sub.add_parser(name, help=help_text, description=help_text)
         module = command_module(name) if every or name == chosen else None
         if module is not None:

@@ -128,17 +128,20 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _verify_options(args: argparse.Namespace) -> VerifyOptions:
-    """--incremental, --max-age, --subset and --subset-seed, checked against each other."""
-    from capsem_core.check.incremental import VerifyOptions
-    from capsem_core.check.subset import Subset
-
+def _verify_options(args: argparse.Namespace) -> VerifyOptions | None:
+    """--incremental, --max-age, --subset and --subset-seed, checked against each other; None
+    when none is given (every block, and a plain check never loads the modules that choose)."""
     if (args.incremental or args.subset is not None) and not args.verify_bodies:
         raise UsageError("--incremental and --subset choose what --verify-bodies reads; give --verify-bodies too")
     if args.max_age is not None and not args.incremental:
         raise UsageError("--max-age says when --incremental reads a verified block again; give --incremental too")
     if args.subset_seed is not None and args.subset is None:
         raise UsageError("--subset-seed is the seed of a random --subset x%; give --subset too")
+    if not args.incremental and args.subset is None:
+        return None
+    from capsem_core.check.incremental import VerifyOptions
+    from capsem_core.check.subset import Subset
+
     try:
         subset = None if args.subset is None else Subset.parse(args.subset, seed=args.subset_seed)
     except ValueError as exc:

@@ -7,9 +7,13 @@ table through its ``render_table``, so the only escape sequences in the text are
 
 from __future__ import annotations
 
-from capsem_core.check.incremental import Coverage, Share, timestamp
+from typing import TYPE_CHECKING
+
 from capsem_core.check.report import ERROR, FAIL, NOTE, OK, SKIPPED, WARN, WARNING, CheckReport, CheckResult
 from capsem_core.cli.terminal import Style, render_table, sanitize
+
+if TYPE_CHECKING:   # a report has a coverage only after --verify-bodies, which loaded its module
+    from capsem_core.check.incremental import Coverage, Share
 
 QUICK_CHECK_LINES_SHOWN = 10
 PROBLEMS_SHOWN = 5
@@ -210,6 +214,8 @@ def _render_coverage(out: list[str], s: Style, cov: Coverage) -> None:
     if cov.incremental or cov.subset is not None:
         out.append(f"    verified fully: {_share(cov.verified)}")
     if cov.incremental:
+        from capsem_core.check.incremental import timestamp
+
         since = f", verified since {timestamp(cov.oldest_unchanged)}" if cov.oldest_unchanged is not None else ""
         out.append(f"    proven unchanged since verified: {_share(cov.unchanged)}{since}")
     if cov.subset is not None:

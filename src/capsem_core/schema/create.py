@@ -14,6 +14,7 @@ from capsem_core.schema.tables import SCHEMA_SQL, SESSION_SQL, SESSION_TABLES, T
 
 _SESSION_STATEMENTS = statements(SESSION_SQL)
 _TRANSPORT_STATEMENTS = statements(TRANSPORT_SQL)
+_TABLE_STATEMENTS = tuple(s for s in statements(SCHEMA_SQL) if s.lstrip().upper().startswith("CREATE TABLE"))
 
 
 def _table_names(conn: sqlite3.Connection) -> set[str]:
@@ -61,10 +62,12 @@ def create_schema(conn: sqlite3.Connection, path: os.PathLike[str] | str | None 
 
 @lru_cache(maxsize=1)
 def _reference_columns() -> dict[str, tuple[str, ...]]:
-    """Every table's column names in DDL order, read back from an in-memory database."""
+    """Every table's column names in DDL order, read back from an in-memory database (its
+    CREATE TABLE statements alone: the indexes add no column and most of the parsing)."""
     mem = db.connect_memory()
     try:
-        mem.executescript(SCHEMA_SQL)
+        for statement in _TABLE_STATEMENTS:
+            mem.execute(statement)
         return {t: tuple(r[1] for r in mem.execute(f"PRAGMA table_xinfo({t})")) for t in TABLES}
     finally:
         mem.close()
