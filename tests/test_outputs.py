@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from capsem_core.errors import LedgerError
-from capsem_core.outputs import check_output_name, open_output_dir, write_file_at, write_output
+from capsem_core.outputs import check_output_name, file_at, open_output_dir, write_file_at, write_output
 from capsem_core.writer import Body, LedgerWriter
 from tests.cli.ledger_cli import run
 
@@ -169,27 +169,35 @@ def test_write_file_at_refuses_a_fifo_already_at_the_name(tmp_path: Path) -> Non
         os.close(fd)
 
 
-def test_write_file_at_rechecks_the_name_before_it_renames(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_in_a_directory_rechecks_the_name_before_it_renames(tmp_path: Path) -> None:
     """A link planted at the name while the temporary file is written is not replaced."""
-    real_write = os.write
     secret = tmp_path / "secret"
     secret.write_bytes(b"keep")
-
-    def write_then_plant(fd: int, data: bytes) -> int:
-        done = real_write(fd, data)
-        if not (tmp_path / "out" / "late").is_symlink():
-            os.symlink(secret, tmp_path / "out" / "late")
-        return done
-
     (tmp_path / "out").mkdir()
     fd = open_output_dir(tmp_path / "out")
     try:
-        monkeypatch.setattr(os, "write", write_then_plant)
         with pytest.raises(LedgerError, match="became a symbolic link while it was written; not replaced"):
-            write_file_at(fd, "late", b"data", tmp_path / "out")
-        monkeypatch.undo()
+            with file_at(fd, "late", tmp_path / "out") as out:
+                out.write(b"data")
+                os.symlink(secret, tmp_path / "out" / "late")
         assert (tmp_path / "out" / "late").is_symlink() and secret.read_bytes() == b"keep"
         assert [p.name for p in (tmp_path / "out").iterdir()] == ["late"]
+    finally:
+        os.close(fd)
+
+
+def test_a_file_in_a_directory_that_fails_midway_leaves_nothing(tmp_path: Path) -> None:
+    """An exception while the file is streamed removes its temporary file and keeps the old one."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest").write_bytes(b"old")
+    fd = open_output_dir(tmp_path / "out")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with file_at(fd, "manifest", tmp_path / "out") as out:
+                out.write(b"new, half")
+                raise KeyboardInterrupt
+        assert [p.name for p in (tmp_path / "out").iterdir()] == ["manifest"]
+        assert (tmp_path / "out" / "manifest").read_bytes() == b"old"
     finally:
         os.close(fd)
 

@@ -17,7 +17,9 @@ rule holds everywhere:
 
 ``write_output`` writes bytes already in hand; ``output_stream`` is the same policy for an
 output streamed as it is made (``export --warc``): the temporary file is renamed into place
-only when the stream ends normally.
+only when the stream ends normally. Inside an output directory opened once
+(``open_output_dir``), ``file_at`` and ``write_file_at`` are the same rule per file (``export
+DIR``'s bodies and its streamed manifest, the verification record).
 
 Every refusal is a LedgerError naming the path.
 """
@@ -272,14 +274,17 @@ def _kind_in_the_way(dir_fd: int, name: str) -> str | None:
             else "not a regular file")
 
 
-def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None, *,
-                  mode: int = 0o644, durable: bool = False) -> None:
-    """Write ``name`` in the directory ``dir_fd`` whole or not at all: into a fresh temporary
-    file (O_EXCL, O_NOFOLLOW, ``mode``), renamed over ``name`` once written. Only a regular
-    file (or no file) at ``name`` is replaced: a link, device, FIFO or directory there is a
-    LedgerError, checked before and again just before the rename. An interrupt leaves no
-    partial file. ``durable`` fsyncs the file before the rename and the directory after it.
-    ``directory`` (the path ``dir_fd`` was opened from) only names the file in an error."""
+@contextmanager
+def file_at(dir_fd: int, name: str, directory: PathArg | None = None, *, mode: int = 0o644,
+            durable: bool = False) -> Iterator[BinaryIO]:
+    """A file ``name`` in the directory ``dir_fd``, streamed and then put in place whole: the
+    ``with`` block writes into a fresh temporary file (O_EXCL, O_NOFOLLOW, ``mode``), renamed
+    over ``name`` only when the block ends normally; any exception (an interrupt included)
+    removes it, so no partial file is ever left. Only a regular file (or no file) at ``name``
+    is replaced: a link, device, FIFO or directory there is a LedgerError, checked before and
+    again just before the rename. ``durable`` fsyncs the file before the rename and the
+    directory after it. ``directory`` (the path ``dir_fd`` was opened from) only names the
+    file in an error."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a plain file name: {name!r}")
     shown = os.path.join(os.fspath(directory), name) if directory is not None else name
@@ -287,17 +292,14 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
     if kind is not None:
         raise LedgerError(f"the output file is {kind}; refusing to replace it", shown)
     tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
-    fd = -1
     try:
         # Inside the try: an interrupt landing just after the open still removes the file.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-        os.close(fd)
-        fd = -1
+        with open(fd, "wb", closefd=True) as out:
+            yield out
+            out.flush()
+            if durable:
+                os.fsync(fd)
         kind = _kind_in_the_way(dir_fd, name)
         if kind is not None:
             raise LedgerError(f"the output file became {kind} while it was written; not replaced", shown)
@@ -305,13 +307,19 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
         if durable:
             os.fsync(dir_fd)
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
+
+
+def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None, *,
+                  mode: int = 0o644, durable: bool = False) -> None:
+    """Write ``data`` as ``name`` in the directory ``dir_fd``, whole or not at all
+    (``file_at``'s rules)."""
+    with file_at(dir_fd, name, directory, mode=mode, durable=durable) as out:
+        out.write(data)
 
 
 def safe_component(value: str | None, limit: int) -> str:
@@ -341,5 +349,5 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "open_output_dir", "output_stream",
+__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "file_at", "open_output_dir", "output_stream",
            "prepare_output_dir", "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]

@@ -21,7 +21,9 @@ import numpy as np
 
 from capsem_core._native import _blake3
 from capsem_core.bodies.body_index import BodyIndex
-from capsem_core.outputs import export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
+from capsem_core.outputs import (
+    export_name, file_at, open_output_dir, regular_size_at, remove_stale_parts, write_file_at,
+)
 from capsem_core.verify import BodyFault
 
 if TYPE_CHECKING:
@@ -69,9 +71,10 @@ def _already_written(dir_fd: int, name: str, size: int, digest: bytes) -> bool:
     return len(data) == size and _blake3.digest(data) == digest
 
 
-def _names(idx: BodyIndex) -> list[str]:
-    return [export_name(idx.event_id[i], idx.source_table[i], idx.direction[i], bytes(idx.digest[i]).hex())
-            for i in range(len(idx))]
+def _name(idx: BodyIndex, i: int) -> str:
+    """Row i's file name in the directory (made again where it is needed: no list of every
+    name is held, so memory stays that of the index whatever the ledger's size)."""
+    return export_name(idx.event_id[i], idx.source_table[i], idx.direction[i], bytes(idx.digest[i]).hex())
 
 
 def export_files(ledger: Ledger, directory: os.PathLike[str] | str) -> FilesSummary:
@@ -83,29 +86,36 @@ def export_files(ledger: Ledger, directory: os.PathLike[str] | str) -> FilesSumm
     try:
         remove_stale_parts(dir_fd)
         idx = ledger.index()
-        names = _names(idx)
-        written_ok = np.ones(len(idx), np.bool_)
-        todo = [i for i in range(len(idx))
-                if not (idx.row_ok[i] and _already_written(dir_fd, names[i], int(idx.body_len[i]),
-                                                           bytes(idx.digest[i])))]
-        summary.already_there = len(idx) - len(todo)
+        rows = len(idx)
+        there = np.zeros(rows, np.bool_)
+        for i in range(rows):
+            there[i] = bool(idx.row_ok[i]) and _already_written(dir_fd, _name(idx, i), int(idx.body_len[i]),
+                                                                bytes(idx.digest[i]))
+        summary.already_there = int(there.sum())
         # A batch names its bodies by row id (unique): back to positions in idx.
         order = np.argsort(idx.id, kind="stable")
         sorted_ids = idx.id[order]
-        for batch in ledger.body_batches(np.array(todo, np.intp), index=idx, errors="skip"):
+        listed = np.ones(rows, np.bool_)
+        for batch in ledger.body_batches(np.flatnonzero(~there), index=idx, errors="skip"):
             where = order[np.searchsorted(sorted_ids, batch.id)]
             for k in range(len(batch)):
-                write_file_at(dir_fd, names[int(where[k])], batch[k], directory)
+                write_file_at(dir_fd, _name(idx, int(where[k])), batch[k], directory)
             summary.written += len(batch)
             for fault in batch.findings:
                 summary.damaged += 1
                 if len(summary.faults) < MAX_FAULTS_KEPT:
                     summary.faults.append(fault)
-                written_ok[order[np.searchsorted(sorted_ids, fault.row_id)]] = False
-        lines = [json.dumps({"event_id": idx.event_id[i], "table": idx.source_table[i], "direction": idx.direction[i],
-                             "content_type": idx.content_type[i], "hash": idx.hash_text(i), "path": names[i]},
-                            ensure_ascii=True) + "\n" for i in np.flatnonzero(written_ok).tolist()]
-        write_file_at(dir_fd, MANIFEST, "".join(lines).encode(), directory)
+                listed[order[np.searchsorted(sorted_ids, fault.row_id)]] = False
+        # The manifest is streamed a line per body into its temporary file, renamed over the
+        # old one only once whole.
+        with file_at(dir_fd, MANIFEST, directory) as manifest:
+            for i in range(rows):
+                if not listed[i]:
+                    continue
+                manifest.write((json.dumps({"event_id": idx.event_id[i], "table": idx.source_table[i],
+                                            "direction": idx.direction[i], "content_type": idx.content_type[i],
+                                            "hash": idx.hash_text(i), "path": _name(idx, i)},
+                                           ensure_ascii=True) + "\n").encode())
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
