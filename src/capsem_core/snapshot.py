@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capsem_core import db
+from capsem_core import db, memory
 from capsem_core._native import _archive, _pages
 from capsem_core.bodies.body_index import BodyIndex, Blocks
 from capsem_core.bodies.scan import scan_blocks, scan_index
@@ -56,20 +56,11 @@ def map_bytes(size: int, connections: int) -> int:
 
 
 def read_ahead_budget() -> int:
-    """The most a check reads ahead into the page cache: half the memory the system reports
-    available (Linux's MemAvailable, else the free pages), so read-ahead never pushes out
-    what its own readers are about to use; 0 where the system says neither."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):
-        return 0
+    """The most a check reads ahead into the page cache: half the room ``memory.room()``
+    reports (the system's available memory, narrowed by the process's memory cgroups), so
+    read-ahead never pushes out what its own readers are about to use; 0 where nothing says."""
+    room = memory.room()
+    return room // 2 if room is not None else 0
 
 
 def refuse_symlinks(db_path: Path, *, archive: bool) -> None:
