@@ -59,7 +59,8 @@ def _cgroup_dirs(proc: Path, root: Path) -> tuple[list[Path], bool] | None:
     text = _read(proc / "self" / "cgroup")
     if text is None:
         return None
-    v1 = v2 = None
+    v1: str | None = None
+    v2: str | None = None
     for line in text.splitlines():
         hierarchy, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
@@ -67,10 +68,10 @@ def _cgroup_dirs(proc: Path, root: Path) -> tuple[list[Path], bool] | None:
             v1 = path
         elif hierarchy == "0" and controllers == "":
             v2 = path
-    path, base = (v1, root / "memory") if v1 is not None else (v2, root)
-    if path is None or not path.startswith("/"):
+    chosen, base = (v1, root / "memory") if v1 is not None else (v2, root)
+    if chosen is None or not chosen.startswith("/"):
         return None
-    parts = [p for p in path.split("/") if p and p not in (".", "..")]
+    parts = [p for p in chosen.split("/") if p and p not in (".", "..")]
     return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)], v1 is not None
 
 
