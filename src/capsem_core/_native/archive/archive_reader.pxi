@@ -373,36 +373,39 @@ cdef class ArchiveReader:
         cdef int refreshed = 0
         cdef capsem_drop_batch dropped
         dropped.lo = dropped.hi = 0
-        for i in range(n):
-            vf[i] = <int64_t>walk.table.n
-            if vo[i] < 0:
-                walk.failures.append((i, _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=vo[i])))
-                continue
-            if vl[i] < 0:
-                walk.failures.append((i, _errors.error(CAPSEM_R_EXTENT_LENGTH, self.path, at=vo[i], size=vl[i])))
-                continue
-            b = <uint64_t>vo[i]
-            d = <uint64_t>vl[i]
-            if (b + d > self.f.size or b + d < b) and not refreshed:
-                capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)  # its spans are of this map
-                self._refresh()  # once: the file may have grown since it was mapped
-                refreshed = 1
-            kept = walk.table.n
-            with nogil:
-                st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
-                # Headers only, each at most once: the pages they lie on need not stay mapped.
-                capsem_drop_batch_add(&dropped, self.f.map, self.f.size, b,
-                                      b + d if b + d <= self.f.size else self.f.size)
-            if st == CAPSEM_E_NOMEM:
-                raise MemoryError("no memory for the segment table")
-            if st != CAPSEM_OK:
-                capsem_segment_table_truncate(&walk.table, kept)
-                walk.failures.append((i, _errors.error(capsem_report_code(e.status, e.hash_mismatch), self.path,
-                                                       at=e.at, codec=e.codec, detail=_detail(&e))))
-                continue
-            vr[i] = <int64_t>ext.raw_len
-            vs[i] = <int64_t>ext.segments
-        capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
+        # Flushed however the walk ends (a MemoryError, an interrupt): no batch stays mapped.
+        try:
+            for i in range(n):
+                vf[i] = <int64_t>walk.table.n
+                if vo[i] < 0:
+                    walk.failures.append((i, _errors.error(CAPSEM_E_BLOCK_HEADER, self.path, at=vo[i])))
+                    continue
+                if vl[i] < 0:
+                    walk.failures.append((i, _errors.error(CAPSEM_R_EXTENT_LENGTH, self.path, at=vo[i], size=vl[i])))
+                    continue
+                b = <uint64_t>vo[i]
+                d = <uint64_t>vl[i]
+                if (b + d > self.f.size or b + d < b) and not refreshed:
+                    capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)  # its spans are of this map
+                    self._refresh()  # once: the file may have grown since it was mapped
+                    refreshed = 1
+                kept = walk.table.n
+                with nogil:
+                    st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
+                    # Headers only, each at most once: the pages they lie on need not stay mapped.
+                    capsem_drop_batch_add(&dropped, self.f.map, self.f.size, b,
+                                          b + d if b + d <= self.f.size else self.f.size)
+                if st == CAPSEM_E_NOMEM:
+                    raise MemoryError("no memory for the segment table")
+                if st != CAPSEM_OK:
+                    capsem_segment_table_truncate(&walk.table, kept)
+                    walk.failures.append((i, _errors.error(capsem_report_code(e.status, e.hash_mismatch), self.path,
+                                                           at=e.at, codec=e.codec, detail=_detail(&e))))
+                    continue
+                vr[i] = <int64_t>ext.raw_len
+                vs[i] = <int64_t>ext.segments
+        finally:
+            capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
         vf[n] = <int64_t>walk.table.n
         return walk
 
