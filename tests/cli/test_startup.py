@@ -141,3 +141,43 @@ def test_a_check_named_with_db_loads_neither_main_db_nor_the_verify_machinery(tm
                           text=True, timeout=120)
     code, loaded = (done.stdout.splitlines()[-1].split(" ") + [""])[:2]
     assert code == "0" and loaded == "", (done.stdout[-300:], done.stderr[-300:])
+
+
+_GC_AFTER = """
+import gc, sys
+from capsem_core.cli import main
+before = (gc.get_threshold(), gc.get_freeze_count())
+if sys.argv[1] == "program":
+    sys.argv = ["capsem-ledger", "check", "--db", "no-such-ledger/session.db"]
+    code = main()
+else:
+    code = main(["check", "--db", "no-such-ledger/session.db"])
+print(code, before[0] == gc.get_threshold(), gc.get_freeze_count() > before[1])
+"""
+
+
+@pytest.mark.parametrize(("how", "frozen"), [("program", "True"), ("caller", "False")])
+def test_only_the_process_own_entry_freezes_what_it_loaded_and_keeps_the_usual_thresholds(how: str,
+                                                                                          frozen: str) -> None:
+    # capsem-ledger itself freezes what it loaded (its exit need not traverse it); a program
+    # calling main(argv) keeps its collector as it set it. Both end with the usual thresholds.
+    done = subprocess.run([sys.executable, "-c", _GC_AFTER, how], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == f"1 True {frozen}", done.stdout + done.stderr
+
+
+_GC_PHASES = """
+import gc
+from capsem_core.cli import startup
+usual = gc.get_threshold()
+startup.loaded()                       # nothing begun: nothing changes
+print(gc.get_threshold() == usual, gc.get_freeze_count())
+startup.begin()
+print(gc.get_threshold()[0] == startup.LOADING_THRESHOLD, gc.get_threshold()[1:] == usual[1:])
+startup.loaded()
+print(gc.get_threshold() == usual, gc.get_freeze_count() > 0)
+"""
+
+
+def test_while_a_command_loads_collections_wait_and_once_loaded_the_usual_thresholds_return() -> None:
+    done = subprocess.run([sys.executable, "-c", _GC_PHASES], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["True", "0", "True", "True", "True", "True"], done.stdout

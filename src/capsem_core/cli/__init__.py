@@ -34,8 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # (Not list(argv): once the list command is loaded, this package's name "list" is it.)
     words = sys.argv[1:] if argv is None else [*argv]
+    program = argv is None   # this process is capsem-ledger, not a caller of main(argv)
     try:
-        from capsem_core.cli import app
+        from capsem_core.cli import app, startup
+
+        if program:
+            startup.begin()
 
         app.command_module(app.chosen_command(words))  # imported inside this guard
     except KeyboardInterrupt:
@@ -47,7 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if on_main:
             signal.signal(signal.SIGTERM, previous)
-    return app.main(words)
+    code = app.main(words)
+    if program:
+        startup.end()
+    return code
 
 
 __all__ = ["main"]

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
+from capsem_core.cli import startup
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import sanitize
 
@@ -207,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{_who(args)}: terminated", file=sys.stderr)
         return 143
     finally:
+        startup.loaded()   # whatever the command did not say
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

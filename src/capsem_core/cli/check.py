@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capsem_core.cli import fleet
+from capsem_core.cli import fleet, startup
 from capsem_core.cli.arguments import db_argument, db_hint, path_argument, session_argument, whole_number
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import colour_wanted
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from capsem_core.cli.progress import VerifyProgressBar
     from capsem_core.snapshot import refuse_symlinks
 
+    startup.loaded()
     out_colour = not args.json and colour_wanted(sys.stdout)
     if args.list:
         return _list_sessions(args.json, out_colour)

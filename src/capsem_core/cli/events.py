@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO
 
-from capsem_core.cli import events_file
+from capsem_core.cli import events_file, startup
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     state = _Progress(args.after)
     try:
         with Ledger(db_path) as ledger:
+            startup.loaded()   # --follow runs for as long as the user wants: collect as usual
             pages = (ledger.follow(tables, args.after, _page_size(args.limit), stop=stop) if args.follow
                      else _pages(ledger, tables, args.after, args.limit))
             for page in pages:
