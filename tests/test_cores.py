@@ -13,7 +13,7 @@ import pytest
 
 from capsem_core import cores
 from capsem_core.check import check_ledger
-from capsem_core.check.run import check_pages
+from capsem_core.check.run import SMALL_CHECK_BYTES, check_pages
 from capsem_core.sample import write_sample_ledger
 
 
@@ -95,3 +95,13 @@ def test_the_page_check_runs_on_the_budget_unless_told(small_ledger: Path, monke
     assert check_pages(small_ledger, threads=2).counts["threads"] == 2
     with cores.limit(3):
         assert check_pages(small_ledger).counts["threads"] == 3
+
+
+def test_a_small_ledgers_check_runs_one_page_thread_unless_told(small_ledger: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under SMALL_CHECK_BYTES a second worker's connection costs more than its share saves.
+    monkeypatch.delenv(cores.THREADS_ENV, raising=False)
+    assert small_ledger.stat().st_size < SMALL_CHECK_BYTES
+    with cores.limit(3):
+        assert check_ledger(small_ledger).checks["pages"].counts["threads"] == 1
+        assert check_ledger(small_ledger, page_threads=2).checks["pages"].counts["threads"] == 2

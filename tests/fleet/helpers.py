@@ -47,6 +47,14 @@ def heavy_ledger(directory: Path, bodies: int = 12_000) -> Path:
     return directory
 
 
+def sized_home(home: Path, big_bodies: int = 22_000) -> Path:
+    """A home with one small session and one ledger ("big-0") whose session.db is past the
+    check's SMALL_CHECK_BYTES, so its page check runs a thread per core of its share; the big
+    ledger's directory."""
+    write_sample_home(home, sessions=1, seed=5, bodies=40)
+    return heavy_ledger(home / "run" / "sessions" / "big-0", bodies=big_bodies)
+
+
 def copy_ledger(source: Path, target: Path) -> Path:
     target.mkdir(parents=True)
     for name in ("session.db", "session.bodies"):

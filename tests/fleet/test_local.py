@@ -16,10 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 from tests.fleet.crashing import answer_or_crash
-from tests.fleet.helpers import fleet_home, heavy_ledger, verdicts, wait_for
+from tests.fleet.helpers import fleet_home, heavy_ledger, sized_home, verdicts, wait_for
 
 from capsem_core import cores
 from capsem_core.check import check_ledger
+from capsem_core.check.run import SMALL_CHECK_BYTES
 from capsem_core.fleet import FleetLedger, check_all, discover_home
 from capsem_core.fleet.local import ProcessDied, TaskRaised, run_each
 
@@ -165,13 +166,26 @@ def test_check_all_returns_results_in_the_order_given(tmp_path: Path, heavy_sour
     assert all(isinstance(r.ledger, FleetLedger) for r in report)
 
 
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    home = tmp_path_factory.mktemp("sized") / "home"
+    big = sized_home(home)
+    assert (big / "session.db").stat().st_size > SMALL_CHECK_BYTES
+    return home, big
+
+
 @pytest.mark.parametrize("jobs", [1, 2, 64])
-def test_each_check_runs_on_its_share_of_the_cores(shared_home, jobs: int,  # type: ignore[no-untyped-def]
+def test_each_check_runs_on_its_share_of_the_cores(sized: tuple[Path, Path], jobs: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # Two checks at once on 2 cores run one page-check thread each, not two each.
+    # Two checks at once on 2 cores run one page-check thread each, not two each; a small
+    # ledger's check runs one whatever its share (a second costs it more than it saves).
     monkeypatch.delenv(cores.THREADS_ENV, raising=False)
-    report = check_all([], home=shared_home.home, jobs=jobs)
-    assert {r.report.checks["pages"].counts["threads"] for r in report if r.report is not None} == {cores.share(jobs)}
+    home, big = sized
+    report = check_all([], home=home, jobs=jobs)
+    threads = {r.ledger.directory: r.report.checks["pages"].counts["threads"] for r in report if r.report is not None}
+    assert len(threads) == 2
+    assert {d: n for d, n in threads.items() if d != big} == {d: 1 for d in threads if d != big}
+    assert threads[big] == cores.share(jobs)
 
 
 def test_options_of_check_all_alone_are_refused_without_it(shared_home, run_cli) -> None:  # type: ignore[no-untyped-def]

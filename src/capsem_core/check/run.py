@@ -36,6 +36,10 @@ from capsem_core.snapshot import Snapshot
 if TYPE_CHECKING:
     from capsem_core.check.incremental import VerifyOptions
 
+# Below this size a second worker costs more than its share of the work saves: each opens a
+# connection (SQLite reads the schema anew) and a thread, where the whole check is a few
+# milliseconds (measured break-even: about 35 MB of session.db on 2 cores).
+SMALL_CHECK_BYTES = 32 << 20
 # The identity graph's reads go to the workers ahead of the page jobs: the section waits on
 # them at the end, while the page jobs' order only decides which core finishes last.
 _AHEAD = float("inf")
@@ -50,7 +54,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     (the identity graph then compares main.db's totals with the ledger's), or None (``--db``).
     ``options`` (with ``verify_bodies``): --incremental, --max-age and --subset, see
     ``capsem_core.check.incremental``; the report's ``coverage`` says what was read back.
-    ``page_threads``: worker threads of the page check (default: one per core).
+    ``page_threads``: worker threads of the page check (default: one per core; one for a
+    session.db under ``SMALL_CHECK_BYTES``, where a second costs more than it saves).
 
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
@@ -58,15 +63,16 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     report whose ``sound`` is False.
     """
     db_path = Path(db_path)
+    threads = _page_threads(db_path, page_threads)
     try:
-        snapshot = Snapshot.open(db_path, workers=cores.threads(page_threads))
+        snapshot = Snapshot.open(db_path, workers=threads)
     except sqlite3.Error as exc:
         raise LedgerError(_sqlite_message(exc), db_path) from None
     try:
         # Evidence is usually read from disk, not from memory: the files stream in ahead of
         # the steps that read them (a no-op where they are cached already), this check's share
         # of the page cache when a fleet runs several at once.
-        snapshot.read_ahead(bodies=verify_bodies, share=cores.threads(page_threads) / cores.available())
+        snapshot.read_ahead(bodies=verify_bodies, share=threads / cores.available())
         check = _Check(snapshot, rows, verify_bodies, progress, route, options)
         outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
         check.fill(outcome)
@@ -75,6 +81,19 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
         raise LedgerError(_sqlite_message(exc), db_path) from None
     finally:
         snapshot.close()
+
+
+def _page_threads(db_path: Path, requested: int | None) -> int:
+    """The page check's workers: ``requested``, else the budget, except one for a session.db
+    under SMALL_CHECK_BYTES (a missing file is left to the snapshot to word)."""
+    threads = cores.threads(requested)
+    if threads > 1 and (requested is None or requested <= 0):
+        try:
+            if os.stat(db_path).st_size < SMALL_CHECK_BYTES:
+                return 1
+        except OSError:
+            pass
+    return threads
 
 
 def check_pages(db_path: os.PathLike[str] | str, *, threads: int | None = None) -> CheckResult:
