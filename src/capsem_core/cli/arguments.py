@@ -12,7 +12,6 @@ from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.outputs import STDOUT, check_output_name
 from capsem_core.paths import SESSION_DB
-from capsem_core.sessions.home import session_word_problem
 
 
 # The largest count any option takes: SQLite's and numpy's int64, so no value the parser
@@ -64,6 +63,8 @@ def session_argument(text: str) -> str:
     """SESSION (argparse type): a word that may name a session directory, an id or a named
     VM's name. Anything else is a usage error said before any output (with a ``--db`` hint
     when the word is a ledger directory on disk)."""
+    from capsem_core.sessions.home import session_word_problem   # a home's words: only when one is named
+
     problem = session_word_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"'{_shown(text)}' cannot name a session: {problem}{db_hint(text)}")
