@@ -181,3 +181,14 @@ print(gc.get_threshold() == usual, gc.get_freeze_count() > 0)
 def test_while_a_command_loads_collections_wait_and_once_loaded_the_usual_thresholds_return() -> None:
     done = subprocess.run([sys.executable, "-c", _GC_PHASES], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == ["True", "0", "True", "True", "True", "True"], done.stdout
+
+
+@pytest.mark.parametrize("columns", ["50", "120"])
+def test_help_is_laid_out_at_the_width_columns_asks_for(columns: str) -> None:
+    # The width is read once per parser (not through shutil at every argument), still as
+    # argparse reads it: $COLUMNS first, less its margin of two.
+    env = dict(os.environ, COLUMNS=columns)
+    done = subprocess.run([sys.executable, "-m", "capsem_core", "check", "--help"], capture_output=True, text=True,
+                          timeout=60, env=env, check=True)
+    widest = max(len(line) for line in done.stdout.splitlines())
+    assert int(columns) - 12 <= widest <= int(columns) - 2, done.stdout

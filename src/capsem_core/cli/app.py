@@ -92,22 +92,15 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-_help_width: int | None = None
-
-
 class _Formatter(argparse.HelpFormatter):
-    """argparse's help layout with the terminal's width read once per process: argparse asks
-    for it at every argument it adds (through ``shutil``, whose import alone costs a check of a
-    small ledger more than its parse)."""
+    """argparse's help layout at the width ``build_parser`` read once: argparse asks for it at
+    every argument it adds (through ``shutil``, whose import alone costs a check of a small
+    ledger more than its parse)."""
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
-        global _help_width
-        if width is None:
-            if _help_width is None:
-                _help_width = _terminal_columns() - 2   # argparse's own margin
-            width = _help_width
-        super().__init__(prog, indent_increment, max_help_position, width)
+        super().__init__(prog, indent_increment, max_help_position,
+                         _Parser.help_width if width is None else width)
 
 
 def _terminal_columns() -> int:
@@ -126,9 +119,10 @@ def _terminal_columns() -> int:
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors are also JSON on stdout when the command line
-    asks for ``--json`` (set by ``main`` before parsing)."""
+    asks for ``--json`` (set by ``main`` before parsing), laid out by ``_Formatter``."""
 
     json_wanted = False
+    help_width = 78   # the terminal's columns less argparse's margin (set by build_parser)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
@@ -153,6 +147,7 @@ def build_parser(chosen: str | None = None, *, every: bool = False) -> argparse.
     (enough for ``--help`` and for naming the choices of a word that is none). ``every``: all
     commands with their arguments (every module imported: what a walk of the whole command
     line reads)."""
+    _Parser.help_width = _terminal_columns() - 2   # argparse's own margin
     parser = _Parser(prog="capsem-ledger", description="Inspect, verify and write Capsem session ledgers.")
     parser.add_argument("--version", action=_VersionAction, help="print the capsem-core version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
