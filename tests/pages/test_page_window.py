@@ -112,3 +112,31 @@ def test_a_bounded_walk_and_scan_read_what_an_unbounded_one_reads(big: Path) -> 
 def test_a_negative_window_is_refused(big: Path) -> None:
     with pytest.raises(ValueError, match="window"):
         _pages.PageFile(big, window=-1)
+
+
+ESTIMATE_CHILD = r'''
+import json, sys
+from capsem_core._native import _pages
+
+def rss_file():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("RssFile"))
+
+pages = _pages.PageFile(sys.argv[1])
+before = rss_file()
+sizes = pages.estimate(json.loads(sys.argv[2]))
+print(json.dumps({"left": rss_file() - before, "sized": sum(1 for s in sizes if s > 0)}))
+'''
+
+
+@pytest.mark.skipif(not STATUS.exists(), reason="no /proc/self/status to read the resident size from")
+def test_sizing_the_trees_leaves_none_of_the_file_mapped(big: Path) -> None:
+    # The estimate reads a path through every tree, a page here and there; each fault may map a
+    # whole folio of the page cache (2 MiB), so what it read is dropped once it is done.
+    roots = _roots(big)
+    done = subprocess.run([sys.executable, "-c", ESTIMATE_CHILD, str(big), json.dumps(roots)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["sized"] == len(roots)
+    assert result["left"] < (256 << 10), result
