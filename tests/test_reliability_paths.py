@@ -25,7 +25,7 @@ from tests.reliability_helpers import write_tiny
 
 from capsem_core import sessions
 from capsem_core.check import check_ledger
-from capsem_core.errors import LedgerError, SymlinkRefused
+from capsem_core.errors import LedgerError, LedgerWarning, SymlinkRefused
 from capsem_core.ledger import Ledger
 from capsem_core.writer import LedgerWriter
 
@@ -92,14 +92,16 @@ def test_main_db_rows_naming_an_escaping_directory_are_refused(home):
     (main_db.parent / "capsem-core-vm-names.json").write_text(json.dumps(
         {"format": "capsem-core-vm-names", "version": 1, "names": {"../../outside": "victim"}}))
     before = tree_snapshot(home.parent)
-    with pytest.raises(LedgerError, match="session.db not found for victim"):
+    with pytest.warns(LedgerWarning, match="ignoring 1 VM name link"), \
+            pytest.raises(LedgerError, match="session.db not found for victim"):
         sessions.resolve_session("victim", home=home)
     conn = sqlite3.connect(main_db)
     with conn:
         conn.execute("UPDATE sessions SET created_at = '2100-01-01T00:00:00.000Z' WHERE id = '../outside'")
     conn.close()
     before = tree_snapshot(home.parent)
-    with pytest.raises(LedgerError, match="cannot name a directory"):
+    with pytest.warns(LedgerWarning, match="ignoring 1 VM name link"), \
+            pytest.raises(LedgerError, match="cannot name a directory"):
         sessions.resolve_session(None, home=home)   # the latest row is the escaping one
     proc = run_cli(home, "check")
     assert proc.returncode == 1 and "cannot name a directory" in proc.stderr and "Traceback" not in proc.stderr
