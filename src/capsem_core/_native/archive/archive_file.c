@@ -99,32 +99,6 @@ void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t
     capsem_map_advise(base, size, a, b, ADVICE_DONTNEED, 0);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-void capsem_map_drop_spans(const uint8_t *base, uint64_t size, uint64_t *at, size_t n, uint64_t len) {
-    if (n == 0) return;
-    qsort(at, n, sizeof *at, cmp_u64);
-    const uint64_t span = CAPSEM_FOLIO_SPAN;
-    uint64_t lo = 0, hi = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (at[i] >= size) continue;
-        uint64_t a = at[i] / span * span;
-        uint64_t end = at[i] + len > at[i] ? at[i] + len : UINT64_MAX;
-        uint64_t b = end > UINT64_MAX - span ? UINT64_MAX : (end + span - 1) / span * span;
-        if (hi > lo && a <= hi) {
-            if (b > hi) hi = b;
-            continue;
-        }
-        if (hi > lo) capsem_map_advise(base, size, lo, hi, ADVICE_DONTNEED, 0);
-        lo = a;
-        hi = b;
-    }
-    if (hi > lo) capsem_map_advise(base, size, lo, hi, ADVICE_DONTNEED, 0);
-}
-
 void capsem_drop_batch_flush(capsem_drop_batch *d, const uint8_t *base, uint64_t size) {
     if (d->hi > d->lo) capsem_map_drop(base, size, d->lo, d->hi);
     d->lo = d->hi = 0;

@@ -64,15 +64,6 @@ void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t from, uint64
 #define CAPSEM_FAULT_SPAN (64u << 10)
 void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t from, uint64_t to);
 
-/* Where the page cache holds large folios (XFS, and ext4 on recent kernels), one fault maps a
- * whole folio, up to a page table's span: 2 MiB with 4 KiB pages. A reader that touches
- * pages here and there (not a stream whose drops meet end to end) drops the aligned spans
- * around them, or each touch leaves up to 2 MiB mapped for good. */
-#define CAPSEM_FOLIO_SPAN (2u << 20)
-/* Drop the CAPSEM_FOLIO_SPAN-aligned spans holding the `n` ranges [at[i], at[i] + len) of
- * the map; sorts `at`, one madvise per run of adjacent spans. */
-void capsem_map_drop_spans(const uint8_t *base, uint64_t size, uint64_t *at, size_t n, uint64_t len);
-
 /* The ranges one reader finishes, merged into one span and dropped (capsem_map_drop) once it
  * covers CAPSEM_DROP_BATCH bytes, when a range lies beyond that reach, and at the end: each
  * madvise(MADV_DONTNEED) in a threaded process flushes the other cores' TLBs, so a drop per

@@ -67,7 +67,7 @@ cdef extern from "page_map.h" nogil:
     int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
                              uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w)
     void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
-                              size_t nroots, uint64_t *out)
+                              size_t nroots, uint64_t window, uint64_t *out)
 
 cdef extern from "page_window.h" nogil:
     unsigned CAPSEM_WINDOW_DEFAULT_BYTES
@@ -383,7 +383,7 @@ cdef class PageFile:
             raise MemoryError()
         try:
             with nogil:
-                capsem_page_estimate(self.f.map, self.f.size, &h, r, n, out)
+                capsem_page_estimate(self.f.map, self.f.size, &h, r, n, self.window, out)
             return [out[i] for i in range(n)]
         finally:
             free(out)

@@ -37,7 +37,7 @@ typedef struct {
     uint64_t *pages_out;  /* per root, or NULL */
     uint64_t *tree_pages; /* the current tree's count, or NULL */
     volatile const int *cancel;
-    capsem_page_window win; /* the pages this walk keeps resident (none tracked in an estimate) */
+    capsem_page_window win; /* the pages this walk keeps resident */
     capsem_page_summary sum; /* every page read once in file order (kind NULL: none, read each page) */
     uint32_t steps;
     int stopped;

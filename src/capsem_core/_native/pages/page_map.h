@@ -101,8 +101,9 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
 /* A cheap estimate of the pages of each root's tree: the product of the fan-outs down its
  * left-most path (a few pages read per tree, every tree's next level asked of the page cache
  * together: page_summary.c), for ordering the per-table checks largest first. 0 for a root
- * that cannot be read. */
+ * that cannot be read. `window`: as the walk's (page_window.h), the pages read dropped once
+ * it is done. */
 void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
-                          size_t nroots, uint64_t *out);
+                          size_t nroots, uint64_t window, uint64_t *out);
 
 #endif

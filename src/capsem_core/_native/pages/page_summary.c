@@ -117,32 +117,32 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
 }
 
 void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
-                          size_t nroots, uint64_t *out) {
+                          size_t nroots, uint64_t window, uint64_t *out) {
     memset(out, 0, nroots * sizeof *out);
     uint8_t *scratch = malloc(h->page_size);
     uint32_t *at = malloc((nroots ? nroots : 1) * sizeof *at);
     uint64_t *level = malloc((nroots ? nroots : 1) * sizeof *level);
-    /* The pages read, dropped at the end: a path here and there through every tree, each
-     * page's fault mapping up to a folio around it (capsem_map_drop_spans). */
-    volatile size_t nread = 0;  /* read after a longjmp */
-    uint64_t *read = malloc((nroots ? nroots : 1) * CAPSEM_PAGES_MAX_DEPTH * sizeof *read);
-    if (!scratch || !at || !level || !read) {
+    /* A path here and there through every tree: its pages go through a window like every other
+     * reader's, dropped at the end (on the heap: still readable after a longjmp). */
+    capsem_page_window *win = calloc(1, sizeof *win);
+    if (!scratch || !at || !level || !win) {
         free(scratch);
         free(at);
         free(level);
-        free(read);
+        free(win);
         return;
     }
+    if (window) capsem_window_init(win, map, size, window);
     for (size_t i = 0; i < nroots; i++) {
         at[i] = roots[i];
         level[i] = 1;
     }
     if (sigsetjmp(capsem_guard_env, 1) != 0) {
-        capsem_map_drop_spans(map, size, read, nread, h->page_size);
+        capsem_window_end(win);
         free(scratch);
         free(at);
         free(level);
-        free(read);
+        free(win);
         return;
     }
     capsem_guard_range(map, size);
@@ -163,7 +163,7 @@ void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_h
             uint32_t pgno = at[i];
             at[i] = 0;
             if (pgno == 0 || pgno > h->page_count) continue;
-            read[nread++] = (uint64_t)(pgno - 1) * h->page_size;
+            capsem_window_touch(win, (uint64_t)(pgno - 1) * h->page_size);
             const uint8_t *page = page_of(map, size, h, pgno, scratch);
             uint32_t hdr = pgno == 1 ? 100 : 0;
             uint8_t type = page[hdr];
@@ -180,11 +180,11 @@ void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_h
         }
     }
     capsem_guard_armed = 0;
-    capsem_map_drop_spans(map, size, read, nread, h->page_size);
+    capsem_window_end(win);
     for (size_t i = 0; i < nroots; i++)
         if (out[i] > h->page_count) out[i] = h->page_count;
     free(scratch);
     free(at);
     free(level);
-    free(read);
+    free(win);
 }
