@@ -246,14 +246,6 @@ def held_part(graph: Graph, i: int) -> CheckResult | None:
     raise ValueError(f"the identity graph section has four parts, not part {i}")
 
 
-def held_parts(graph: Graph | None) -> list[CheckResult | None]:
-    """The four parts of the section in its order (``held_part`` of each); all None without
-    a graph."""
-    if graph is None:
-        return [None, None, None, None]
-    return [held_part(graph, i) for i in range(4)]
-
-
 def merge_parts(result: CheckResult, parts: Sequence[CheckResult]) -> None:
     """Add the parts' counts and findings to the section, in the section's order."""
     for part in parts:
@@ -272,4 +264,4 @@ def check_identity_graph(conn: sqlite3.Connection, result: CheckResult, route: S
 
 __all__ = ["EVENT_TABLES", "EXAMPLES", "EXEMPT_EVENT_TYPES", "SECURITY_TABLES", "TURN_TABLES", "Part",
            "check_identity_graph", "check_model_items", "check_security_joins", "check_tool_calls", "check_turns",
-           "held_part", "held_parts", "merge_parts", "session_parts"]
+           "held_part", "merge_parts", "session_parts"]
