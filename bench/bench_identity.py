@@ -104,7 +104,8 @@ def _parts_from_pages(db: Path) -> list[CheckResult | None]:
     mapped = _pages.PageFile(db)
     try:
         conn.execute("BEGIN")
-        return identity.held_parts(identity_pages.read_graph(mapped, conn))
+        graph = identity_pages.read_graph(mapped, conn)
+        return [identity.held_part(graph, i) if graph is not None else None for i in range(4)]
     finally:
         mapped.close()
         conn.close()

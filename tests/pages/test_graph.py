@@ -195,7 +195,7 @@ def test_a_scan_stopped_midway_leaves_every_part_to_its_sql(ledger: Path) -> Non
     try:
         conn.execute("BEGIN")
         mapped.cancel()
-        assert identity_pages.read_graph(mapped, conn) is None   # held_parts(None): all SQL
+        assert identity_pages.read_graph(mapped, conn) is None   # no graph: every part runs its SQL
     finally:
         mapped.close()
         conn.close()
