@@ -41,8 +41,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
-from typing import Literal
-from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from capsem_core.errors import LedgerError
 
@@ -64,8 +63,7 @@ def busy_timeout_ms() -> int:
     return int(BUSY_TIMEOUT_S * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class WalState:
+class WalState(NamedTuple):
     """What a ``-wal`` file holds, read from its frame headers (never written)."""
 
     path: str
@@ -77,8 +75,7 @@ class WalState:
                 "that SQLite cannot replay here: there is no -shm beside it and none can be created")
 
 
-@dataclass(frozen=True, slots=True)
-class ReadPlan:
+class ReadPlan(NamedTuple):
     """How one database file is opened read-only, and why."""
 
     path: str

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from capsem_core.check.report import NOTE, WARNING, CheckResult, Finding, Value
 from capsem_core.errors import LedgerError
@@ -28,8 +28,7 @@ STOPPED = "stopped"
 COST_REL_TOLERANCE = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRoute:
+class SessionRoute(NamedTuple):
     """How ``check`` reached a ledger: through the home whose main.db is ``main_db``, under the
     session id ``session_id`` (None when the home records no id for the VM's directory)."""
 
@@ -37,8 +36,7 @@ class SessionRoute:
     session_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class RouteRow:
+class RouteRow(NamedTuple):
     """What main.db records for the session: its status and its total columns (those present)."""
 
     status: str | None

@@ -11,8 +11,7 @@ agreement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from capsem_core.check.report import ERROR, CheckResult, Finding
 
@@ -30,8 +29,7 @@ ProgressCallback = Callable[[int, int], None]
 SKIPPED_UNTIL_AGREE = "the body index and archive disagree; bodies are not read until they agree"
 
 
-@dataclass(slots=True)
-class VerifyStep:
+class VerifyStep(NamedTuple):
     """The section, what was covered, and the verification record to write once the whole
     check is known to be done (None when there is none)."""
 

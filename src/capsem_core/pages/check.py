@@ -22,7 +22,7 @@ connection of its own (``WHOLE_FILE``), as SQLite itself reads it. The check say
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from capsem_core._native import _pages
 from capsem_core.pages.words import walk_lines
@@ -71,8 +71,7 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-@dataclass(frozen=True, slots=True)
-class Schema:
+class Schema(NamedTuple):
     """What the page check needs of sqlite_schema: the tables, every tree's root page, its
     name for the page map's words, and the table whose per-table check covers it."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +35,7 @@ SPANS = ("block_offset", "body_offset", "body_len")
 BODY_COLUMNS = ("id", "body_hash", *SPANS)
 
 
-@dataclass(frozen=True, slots=True)
-class PageIndex:
+class PageIndex(NamedTuple):
     """The body index as both SQL scans lay it out: ``bodies`` as ``index.scan_bodies`` (in
     archive order), ``keys`` as ``index.scan_keys`` (in rowid order)."""
 

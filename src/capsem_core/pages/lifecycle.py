@@ -11,7 +11,7 @@ another kind than declared the arrays do not say what SQL would, and the SQL run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +19,7 @@ import numpy.typing as npt
 from capsem_core.pages.graph import NULL, Array, Graph, clean, member, pairs_in
 
 
-@dataclass(frozen=True, slots=True)
-class Lifecycle:
+class Lifecycle(NamedTuple):
     """The tool lifecycle's counts: calls no response answers, responses answering no call
     (both within one trace), and calls and responses naming a model call model_calls does
     not record (None when the ledger has no model_calls)."""
