@@ -1,8 +1,9 @@
 """_archive.ReadAhead (archive_ahead.c): a file handed to it ends up in the page cache, read in
 file order from a descriptor the caller keeps (duplicated, never opened again), at most its
-limit, and closing it stops and joins its thread. The page cache is observed with mincore(2)
-on a map of the file, after the file's clean pages were dropped with POSIX_FADV_DONTNEED;
-waits are for a state, with a generous deadline, never for a time."""
+limit, passing over what the page cache holds already, and closing it stops and joins its
+thread. The page cache is observed with mincore(2) on a map of the file, after the file's
+clean pages were dropped with POSIX_FADV_DONTNEED; waits are for a state, with a generous
+deadline, never for a time."""
 
 from __future__ import annotations
 
@@ -101,6 +102,70 @@ def test_a_read_ahead_keeps_its_own_descriptor_and_closes_it(cold: Path) -> None
     _until(lambda: ahead.asked == SIZE and _resident(cold) == 1.0, "the file never came into the page cache")
     ahead.close()
     assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def _read(path: Path, start: int, length: int) -> None:
+    """[start, start + length) of the file into the page cache and nothing past it (the
+    kernel's own read-ahead is turned off for this open: a sequential read would have it
+    bring in megabytes more)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        while length > 0:
+            got = os.pread(fd, min(length, 1 << 20), start)
+            assert got
+            start += len(got)
+            length -= len(got)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_already_in_the_page_cache_is_passed_over_not_asked_for(cold: Path) -> None:
+    _read(cold, 0, SIZE)
+    if _resident(cold) < 1.0:
+        pytest.skip("the page cache does not keep the whole file here")
+    ahead = _archive.ReadAhead(1 << 40)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, SIZE)
+        _until(lambda: ahead.passed == SIZE, "the read-ahead never went through the file")
+        assert ahead.asked == 0
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_only_the_chunks_missing_from_the_page_cache_are_asked_for(cold: Path) -> None:
+    chunk = _archive.READ_AHEAD_CHUNK
+    _read(cold, 0, 2 * chunk)   # the first two chunks cached, the rest not
+    if round(_resident(cold) * SIZE) != 2 * chunk:
+        pytest.skip("the page cache here holds more or less than what was read")
+    # A limit of the missing chunks alone: cached ones count nothing against it.
+    ahead = _archive.ReadAhead(SIZE - 2 * chunk)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, SIZE)
+        _until(lambda: ahead.passed == SIZE and _resident(cold) == 1.0, "the missing chunks never came in")
+        assert ahead.asked == SIZE - 2 * chunk
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_from_the_first_missing_chunk_on_the_file_is_streamed_as_a_cold_one(cold: Path) -> None:
+    chunk = _archive.READ_AHEAD_CHUNK
+    _read(cold, chunk, SIZE - chunk)   # everything but the first chunk cached
+    if round(_resident(cold) * SIZE) != SIZE - chunk:
+        pytest.skip("the page cache here holds more or less than what was read")
+    ahead = _archive.ReadAhead(1 << 40)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, SIZE)
+        _until(lambda: ahead.passed == SIZE and _resident(cold) == 1.0, "the first chunk never came in")
+        assert ahead.asked == SIZE
+    finally:
+        ahead.close()
+        os.close(fd)
 
 
 def test_a_closed_descriptor_or_a_closed_read_ahead_is_refused(cold: Path) -> None:

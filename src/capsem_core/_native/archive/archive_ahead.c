@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "archive_ahead.h"
@@ -18,7 +19,7 @@ struct capsem_ahead {
     pthread_cond_t cond;
     pthread_t thread;
     int started, stop;
-    uint64_t limit, done;
+    uint64_t limit, done, passed;
     ahead_file files[CAPSEM_AHEAD_MAX_FILES];
     unsigned nfiles, next; /* files handed over; the next one the thread takes */
 };
@@ -31,6 +32,31 @@ static void ask(int fd, uint64_t off, uint64_t len) {
     (void)fd;
     (void)off;
     (void)len;
+#endif
+}
+
+/* Whether [off, off + len) of fd is in the page cache already, by one byte of every
+ * CAPSEM_AHEAD_SAMPLE bytes and its last, each read with RWF_NOWAIT (which fails rather than
+ * wait on the disk). A chunk read by an earlier reader is then passed over: asking for it
+ * again would cost a lookup per page for nothing, a 1.6 GB session.db's worth per warm check
+ * (2-3% of one). A hole between samples is faulted in by its reader, as without the
+ * read-ahead. Where the system cannot tell, no. The thread stops looking at a file's first
+ * missing chunk and streams the rest as a cold file (looking on through a cold file was
+ * slower in two paired runs of ten, by 0.1-0.2 s in 2.5 s). */
+static int cached(int fd, uint64_t off, uint64_t len) {
+#if defined(RWF_NOWAIT)
+    unsigned char byte;
+    struct iovec v = {&byte, 1};
+    for (uint64_t at = off;; at += CAPSEM_AHEAD_SAMPLE) {
+        if (at >= off + len) at = off + len - 1;
+        if (preadv2(fd, &v, 1, (off_t)at, RWF_NOWAIT) != 1) return 0;
+        if (at == off + len - 1) return 1;
+    }
+#else
+    (void)fd;
+    (void)off;
+    (void)len;
+    return 0;
 #endif
 }
 
@@ -60,13 +86,21 @@ static void *run(void *arg) {
         pthread_mutex_unlock(&a->lock);
         uint64_t flight[CAPSEM_AHEAD_DEPTH];
         unsigned head = 0, count = 0;
+        int probing = 1; /* until the first chunk found missing: from there on, a cold file */
         for (uint64_t off = 0; off < f.size && !stopping(a); off += CAPSEM_AHEAD_CHUNK) {
             uint64_t len = f.size - off < CAPSEM_AHEAD_CHUNK ? f.size - off : CAPSEM_AHEAD_CHUNK;
+            /* Only this thread adds to done: the limit holds between the test and the add. */
             pthread_mutex_lock(&a->lock);
             int over = a->done + len > a->limit;
-            if (!over) a->done += len;
             pthread_mutex_unlock(&a->lock);
             if (over) break;
+            int there = probing && cached(f.fd, off, len); /* then neither asked for nor counted */
+            probing = there;
+            pthread_mutex_lock(&a->lock);
+            if (!there) a->done += len;
+            a->passed += len;
+            pthread_mutex_unlock(&a->lock);
+            if (there) continue;
             if (count == CAPSEM_AHEAD_DEPTH) { /* the oldest chunk in flight read before another is asked */
                 uint64_t oldest = flight[head];
                 wait_for(f.fd, oldest, f.size - oldest < CAPSEM_AHEAD_CHUNK ? f.size - oldest : CAPSEM_AHEAD_CHUNK);
@@ -123,6 +157,13 @@ uint64_t capsem_ahead_done(capsem_ahead *a) {
     uint64_t done = a->done;
     pthread_mutex_unlock(&a->lock);
     return done;
+}
+
+uint64_t capsem_ahead_passed(capsem_ahead *a) {
+    pthread_mutex_lock(&a->lock);
+    uint64_t passed = a->passed;
+    pthread_mutex_unlock(&a->lock);
+    return passed;
 }
 
 void capsem_ahead_free(capsem_ahead *a) {

@@ -9,7 +9,9 @@
  * keeping at most CAPSEM_AHEAD_DEPTH chunks in flight (it waits for the oldest by reading
  * one byte of its last page), and stopping after `limit` bytes (the page cache it fills is
  * the system's to reclaim; the caller bounds it by the memory the system has available).
- * Pages already cached cost a lookup. Nothing read here changes what a reader reads.
+ * A chunk found in the page cache already (sampled, see archive_ahead.c) is passed over,
+ * neither asked for nor counted against the limit. Nothing read here changes what a reader
+ * reads.
  *
  * The files are given as descriptors the caller keeps open; each is duplicated (no second
  * open of the path), so the caller may close its own while the thread runs. */
@@ -21,6 +23,8 @@
 #define CAPSEM_AHEAD_CHUNK (4u << 20)
 #define CAPSEM_AHEAD_DEPTH 8u
 #define CAPSEM_AHEAD_MAX_FILES 8u
+/* A chunk counts as cached when one byte of every this many, and its last, is. */
+#define CAPSEM_AHEAD_SAMPLE (256u << 10)
 
 typedef struct capsem_ahead capsem_ahead;
 
@@ -33,6 +37,9 @@ int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size);
 
 /* Bytes asked for so far (for tests and tuning). */
 uint64_t capsem_ahead_done(capsem_ahead *a);
+
+/* Bytes gone through so far, asked for or found cached (for tests and tuning). */
+uint64_t capsem_ahead_passed(capsem_ahead *a);
 
 /* Stop (the chunk in flight ends first), join the thread, close the duplicates, free. */
 void capsem_ahead_free(capsem_ahead *a);

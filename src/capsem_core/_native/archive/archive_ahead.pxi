@@ -8,6 +8,7 @@ cdef extern from "archive_ahead.h" nogil:
     capsem_ahead *capsem_ahead_new(uint64_t limit)
     int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size)
     uint64_t capsem_ahead_done(capsem_ahead *a)
+    uint64_t capsem_ahead_passed(capsem_ahead *a)
     void capsem_ahead_free(capsem_ahead *a)
 
 READ_AHEAD_CHUNK = CAPSEM_AHEAD_CHUNK
@@ -39,8 +40,13 @@ cdef class ReadAhead:
 
     @property
     def asked(self):
-        """Bytes asked of the kernel so far."""
+        """Bytes asked of the kernel so far (a chunk found in the page cache is not asked for)."""
         return 0 if self.a == NULL else capsem_ahead_done(self.a)
+
+    @property
+    def passed(self):
+        """Bytes gone through so far: asked for, or found in the page cache already."""
+        return 0 if self.a == NULL else capsem_ahead_passed(self.a)
 
     def close(self):
         cdef capsem_ahead *a = self.a
