@@ -418,6 +418,67 @@ def test_wal_state_counts_the_current_generation_only(tmp_path):
     assert db.wal_state(tmp_path / "absent-wal") is None
 
 
+# --- access times -------------------------------------------------------------------------------
+
+DAY_NS = 86_400 * 10**9
+
+
+def _aged(path: Path) -> int:
+    """Set the file's access time two days before its modification time (relatime then
+    updates it on the next read); returns that access time."""
+    st = os.stat(path)
+    atime = st.st_mtime_ns - 2 * DAY_NS
+    os.utime(path, ns=(atime, st.st_mtime_ns))
+    return atime
+
+
+def _reads_update_access_times(directory: Path) -> bool:
+    """Whether a plain read updates an aged file's access time on this filesystem (a noatime
+    mount never does: nothing to keep there)."""
+    control = directory / "control.bin"
+    control.write_bytes(b"x" * 4096)
+    atime = _aged(control)
+    with open(control, "rb") as f:
+        f.read()
+    return os.stat(control).st_atime_ns != atime
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="O_NOATIME is Linux's")
+def test_a_read_only_connections_page_reads_leave_the_access_time_as_it_was(tmp_path):
+    write_sample(tmp_path / "s", bodies=50)
+    if not _reads_update_access_times(tmp_path):
+        pytest.skip("reads do not update access times on this filesystem")
+    path = tmp_path / "s" / "session.db"
+    conn = db.connect_readonly(path)
+    try:
+        # Aged once open: SQLite reads the header while opening, before the flag is set.
+        atime = _aged(path)
+        assert conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0] > 0
+        assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]   # every page
+    finally:
+        conn.close()
+    assert os.stat(path).st_atime_ns == atime
+
+
+def test_a_ledger_whose_access_time_may_not_be_kept_is_read_all_the_same(tmp_path, monkeypatch):
+    import fcntl
+
+    write_sample(tmp_path / "s", bodies=10)
+    real = fcntl.fcntl
+
+    def refused(fd, cmd, *args):  # type: ignore[no-untyped-def]
+        if cmd == fcntl.F_SETFL:
+            raise PermissionError(1, "Operation not permitted")   # what a file of another owner gets
+        return real(fd, cmd, *args)
+
+    monkeypatch.setattr(fcntl, "fcntl", refused)
+    conn = db.connect_readonly(tmp_path / "s" / "session.db")
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0] > 0
+    finally:
+        conn.close()
+
+
 # --- (e): one owner of connections --------------------------------------------------------------
 
 def test_every_connection_comes_from_db_py():
