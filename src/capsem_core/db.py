@@ -231,14 +231,15 @@ def connect_readonly(path: PathArg, *, plan: ReadPlan | None = None, allow_unrea
     plan = plan or read_plan(path)
     if plan.unread_wal is not None and not allow_unread_wal:
         raise unread_wal_error(plan)
-    before = _descriptors_on(path)
+    target = _file_of(path)
+    before = _descriptors_on(target) if target is not None else None
     try:
         conn = sqlite3.connect(plan.uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=isolation_level,
                                check_same_thread=check_same_thread)
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open: {exc}", path) from None
-    if before is not None:
-        _no_access_time(path, before)   # before the first read
+    if target is not None and before is not None:
+        _no_access_time(target, before)   # before the first read
     try:
         conn.execute("PRAGMA query_only = ON")
     except sqlite3.Error as exc:
@@ -252,14 +253,21 @@ _NOATIME: int | None = getattr(os, "O_NOATIME", None)
 _FD_DIR = "/proc/self/fd"
 
 
-def _descriptors_on(path: str) -> set[int] | None:
-    """The descriptors this process holds on ``path``'s file, where the system lists them and
-    has O_NOATIME (else None). Found by what each one holds, not by number alone: listing
-    the directory takes a descriptor of its own for the while."""
+def _file_of(path: str) -> os.stat_result | None:
+    """``path``'s file, where the system lists a process's descriptors and has O_NOATIME."""
     if _NOATIME is None:
         return None
     try:
-        target = os.stat(path)
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _descriptors_on(target: os.stat_result) -> set[int] | None:
+    """The descriptors this process holds on ``target``'s file (None when they cannot be
+    listed). Found by what each one holds, not by number alone: listing the directory takes
+    a descriptor of its own for the while."""
+    try:
         names = os.listdir(_FD_DIR)
     except OSError:
         return None
@@ -274,14 +282,14 @@ def _descriptors_on(path: str) -> set[int] | None:
     return held
 
 
-def _no_access_time(path: str, before: set[int]) -> None:
-    """O_NOATIME on each descriptor on ``path``'s file opened since ``before``: the ones SQLite
-    just opened (it opens the file itself and lends no descriptor). Refused (not the file's
-    owner) or gone (another thread closed it): left as it is."""
+def _no_access_time(target: os.stat_result, before: set[int]) -> None:
+    """O_NOATIME on each descriptor on ``target``'s file opened since ``before``: the ones
+    SQLite just opened (it opens the file itself and lends no descriptor). Refused (not the
+    file's owner) or gone (another thread closed it): left as it is."""
     import fcntl   # only where there is O_NOATIME: not a cost of every start
 
     assert _NOATIME is not None
-    for fd in (_descriptors_on(path) or set()) - before:
+    for fd in (_descriptors_on(target) or set()) - before:
         try:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | _NOATIME)
