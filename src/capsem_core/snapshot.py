@@ -40,8 +40,9 @@ SQLITE_NOTADB = 26  # sqlite3.h: "file is not a database"
 # SQLite reads pages with read(2) into its own small page cache, not through a memory map:
 # a map keeps every page it touched resident until the connection closes (each of a check's
 # connections mapping session.db anew: 2.2 times the file, resident, at 1,000,000 bodies),
-# where it would spare a check 4-5% of its time (docs/performance.md, "Resident memory").
-# Set on every connection, so a system build with a default map is overruled.
+# and saves no time: with the page windows kept, a check whose SQLite mapped the file took
+# 1.055 of the time (docs/performance.md, "Every reader of the files keeps a bounded
+# window"). Set on every connection, so a system build with a default map is overruled.
 READ_MMAP_BYTES = 0
 # Except a small session.db: where every connection of one read mapping all of it stays
 # within this budget, each maps it whole, sparing the copies read(2) makes (a tenth of an
