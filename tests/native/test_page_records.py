@@ -249,6 +249,20 @@ def test_equal_texts_get_one_code_across_tables_sharing_codes(tmp_path: Path) ->
     assert np.array_equal(x[250:], y[:250]) and not np.intersect1d(x[:250], y[250:]).size
 
 
+def test_each_code_gives_back_the_bytes_of_its_text(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    texts = ["a", "", "\u00e9t\u00e9", "x" * 33, "\u65e5\u672c" * 40, "a\x00b", "trace-1"]
+    root = _table(db, [(i * 300, texts[i % len(texts)], i) for i in range(70)], 1024)   # some on overflow pages
+    codes = _pages.Codes(13)
+    got = _pages.PageFile(db).records(root, [(2, codes)])
+    assert got.status == "ok" and len(codes) == len(texts)
+    for text in texts:
+        assert codes.text(codes.find(text)) == text.encode("utf-8")
+    assert [codes.text(c) for c in got.values[0].tolist()] == [texts[i % len(texts)].encode() for i in range(70)]
+    for nobody in (0, -1, len(codes) + 1, 1 << 40):
+        assert codes.text(nobody) is None
+
+
 def test_a_tree_that_is_not_a_rowid_table_is_unreadable(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     conn = sqlite3.connect(db, isolation_level=None)

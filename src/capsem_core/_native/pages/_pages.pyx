@@ -82,6 +82,7 @@ cdef extern from "text_codes.h" nogil:
     void capsem_codes_free(capsem_codes *t)
     uint32_t capsem_codes_count(const capsem_codes *t)
     uint32_t capsem_codes_find(const capsem_codes *t, const uint8_t *p, uint32_t len)
+    const uint8_t *capsem_codes_text(const capsem_codes *t, uint32_t code, uint32_t *len)
 
 cdef extern from "page_records.h" nogil:
     uint32_t CAPSEM_REC_ROWID
@@ -229,6 +230,19 @@ cdef class Codes:
         if len(raw) > 0xFFFFFFFF:
             return 0
         return capsem_codes_find(self.t, <const uint8_t *><const char *>raw, <uint32_t>len(raw))
+
+    def text(self, code):
+        """The bytes of the text coded ``code``, or None when no text has that code (0
+        included). Refused while a scan sharing these codes runs (it may be adding texts)."""
+        if self.busy:
+            raise RuntimeError("a scan sharing these codes is running")
+        if not 0 < code <= 0xFFFFFFFF:
+            return None
+        cdef uint32_t n = 0
+        cdef const uint8_t *p = capsem_codes_text(self.t, <uint32_t>code, &n)
+        if p == NULL:
+            return None
+        return (<const char *>p)[:n]
 
 
 cdef class _Values:

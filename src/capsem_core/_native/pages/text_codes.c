@@ -118,6 +118,13 @@ void capsem_codes_free(capsem_codes *t) {
 
 uint32_t capsem_codes_count(const capsem_codes *t) { return t->count; }
 
+const uint8_t *capsem_codes_text(const capsem_codes *t, uint32_t code, uint32_t *len) {
+    if (code == 0 || code > t->count) return NULL;
+    const entry *e = &t->entries[code - 1];
+    *len = e->len;
+    return entry_text(e);
+}
+
 static const uint8_t *keep(capsem_codes *t, const uint8_t *p, uint32_t len) {
     chunk *c = t->arena;
     if (!c || c->cap - c->used < len) {

@@ -32,5 +32,8 @@ void capsem_codes_prefetch_entry(const capsem_codes *t, uint64_t hash);
 int64_t capsem_codes_add_hashed(capsem_codes *t, uint64_t hash, const uint8_t *p, uint32_t len);
 /* The code of a text already added, or 0. */
 uint32_t capsem_codes_find(const capsem_codes *t, const uint8_t *p, uint32_t len);
+/* The text of `code` (its bytes, their number in *len), or NULL when no text has that code
+ * (0, or above the count). The bytes stay valid as long as the table. */
+const uint8_t *capsem_codes_text(const capsem_codes *t, uint32_t code, uint32_t *len);
 
 #endif
