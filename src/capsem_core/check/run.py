@@ -31,6 +31,7 @@ from capsem_core.errors import LedgerError
 from capsem_core.pages import check as page_check
 from capsem_core.pages.graph import Graph, blobs_alongside, read_graph, worth_scanning
 from capsem_core.pages.lifecycle import lifecycle_from_graph
+from capsem_core.pages.usage import usage_from_graph
 from capsem_core.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ class _Check:
         beside = bool(self.snapshot.workers)
         parts = [Step(f"identity_part:{i}", self._part(i), needs=("schema", *(("identity_scan",) if scanning else ())),
                       pool=beside, cost=_AHEAD) for i in range(4)]
-        lifecycle_needs = ("tables", "identity_scan") if scanning else ("tables",)
+        graph_needs = ("tables", "identity_scan") if scanning else ("tables",)
         return [
             Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
             Step("table_names", lambda conn, _schema: sql_checks.table_names(conn), needs=("schema",)),
@@ -187,13 +188,12 @@ class _Check:
                  needs=("body_index",)),
             Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
                  needs=("tables",)),
-            Step("tool_lifecycle", self._tool_lifecycle, needs=lifecycle_needs),
+            Step("tool_lifecycle", self._tool_lifecycle, needs=graph_needs),
             Step("provider_correlation", lambda conn, t: sql_checks.check_provider_correlation(
                 conn, t.names, t.counts, checks["provider_correlation"]), needs=("tables",)),
             Step("null_fields", lambda conn, t: sql_checks.check_null_fields(conn, t.names, t.counts,
                                                                             checks["null_fields"]), needs=("tables",)),
-            Step("tool_usage", lambda conn, t: sql_checks.check_tool_usage(conn, t.names, t.counts,
-                                                                          checks["tool_usage"]), needs=("tables",)),
+            Step("tool_usage", self._tool_usage, needs=graph_needs),
             Step("previews", lambda conn, t: sql_checks.check_previews(conn, t.names, t.counts, self.report.rows,
                                                                       checks["previews"]), needs=("tables",)),
             Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
@@ -220,6 +220,10 @@ class _Check:
             counts = sql_checks.tool_lifecycle_counts(conn, tables.names)
         sql_checks.fill_tool_lifecycle(result, tables.counts, counts)
 
+    def _tool_usage(self, conn: sqlite3.Connection, tables: _Tables, graph: Graph | None = None) -> None:
+        usage = usage_from_graph(graph, conn) if graph is not None else None
+        sql_checks.check_tool_usage(conn, tables.names, tables.counts, self.report.checks["tool_usage"], usage)
+
     def _verify(self, conn: sqlite3.Connection, archive_sound: bool, _index: BodyIndex | None) -> VerifyStep | None:
         result = self.report.checks["verify_bodies"]
         if not self.report.verify_bodies:
@@ -238,7 +242,8 @@ class _Check:
         return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
 
     def _release_graph(self) -> None:
-        """The identity graph's arrays go once its parts and the tool lifecycle have read them."""
+        """The identity graph's arrays go once its parts, the tool lifecycle and the tool usage
+        have read them."""
         self.graph = None
         self.alongside = None
 

@@ -190,7 +190,9 @@ def check_null_fields(conn: sqlite3.Connection, tables: set[str], row_counts: di
 
 
 def check_tool_usage(conn: sqlite3.Connection, tables: set[str], row_counts: dict[str, int],
-                      result: CheckResult) -> None:
+                      result: CheckResult, usage: Sequence[Sequence[Value]] | None = None) -> None:
+    """Origins and usage of tool_calls. ``usage``: the usage rows counted already, as the SQL
+    below gives them (``pages.usage``, from the identity graph's scan); else the SQL counts."""
     present = _present(conn, tables, row_counts, "tool_calls", result)
     if present is None:
         return
@@ -201,7 +203,7 @@ def check_tool_usage(conn: sqlite3.Connection, tables: set[str], row_counts: dic
         result.tables["origins"] = Table(["origin", "count"], [[o, int(n)] for o, n in origins])
     wanted = ("tool_name", "origin", "decision", "duration_ms")
     if all(c in columns for c in wanted):
-        usage = conn.execute("""
+        usage = usage if usage is not None else conn.execute("""
             SELECT tool_name, origin, decision, COUNT(*) AS count, ROUND(AVG(duration_ms), 1) AS avg_ms
             FROM tool_calls WHERE tool_name IS NOT NULL
             GROUP BY tool_name, origin, decision ORDER BY count DESC, tool_name""").fetchall()

@@ -9,7 +9,8 @@ read-only map, with no SQL and no object per row:
   map (every page's one owner), with :mod:`~capsem_core.pages.words` wording its findings;
 * :mod:`~capsem_core.pages.index` — the body index's columns;
 * :mod:`~capsem_core.pages.graph` — the identity graph's join columns, and whether each
-  part holds; :mod:`~capsem_core.pages.lifecycle` — the tool lifecycle's counts from them.
+  part holds; :mod:`~capsem_core.pages.lifecycle` — the tool lifecycle's counts from them;
+  :mod:`~capsem_core.pages.usage` — the tool usage table from the same scan.
 
 Anything the pages cannot answer exactly as SQL would (a damaged tree, a value of another
 kind, a table of another shape) answers None, and the caller runs the SQL.

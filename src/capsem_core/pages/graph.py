@@ -42,9 +42,13 @@ MIN_BYTES = 16 << 20
 # The columns each join reads, by the domain their codes share (codes compare only within
 # one domain): tool call ids, and the short names (traces, turns, kinds, types). Event ids are
 # read as their values (HEX); an event id of another form is a value of another kind.
-TEXT_DOMAINS = {"call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name", "event_type": "name"}
+TEXT_DOMAINS = {"call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name", "event_type": "name",
+                "tool_name": "name", "origin": "name", "decision": "name"}
 HEX_COLUMNS = ("event_id",)
-INTEGER_COLUMNS = ("id", "model_call_id")
+INTEGER_COLUMNS = ("id", "model_call_id", "duration_ms")
+# The tool usage section's columns (``pages.usage``): read in the same pass over tool_calls
+# where the table declares them, so that section needs no SQL pass of its own.
+USAGE_COLUMNS = ("tool_name", "origin", "decision", "duration_ms")
 _SPECIFIC: dict[str, tuple[str, ...]] = {
     "model_items": ("model_call_id", "kind", "call_id"),
     "model_calls": ("id",),
@@ -146,7 +150,7 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
             graph.tables[table] = _table(blobs.rows, dict(blobs.columns), blobs.odd, thinned=blobs.keep is _turn_runs)
             continue
         root = roots.get(table)
-        columns = page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
+        columns = _record_columns(conn, table, names)
         if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
             return None
         spec = [(cid, _kind(graph, name)) for cid, name in columns]
@@ -159,6 +163,16 @@ def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | 
         del scanned
         graph.tables[table] = Table(rows, read, odd) if table in ROW_TURNS else _table(rows, read, odd, thinned=False)
     return graph
+
+
+def _record_columns(conn: sqlite3.Connection, table: str, names: tuple[str, ...]) -> list[tuple[int, str]] | None:
+    """The record columns the scan of ``table`` reads: the joins' ``names``, and for tool_calls
+    the tool usage's too where it declares them as Capsem does (else those are left to SQL)."""
+    if table == "tool_calls":
+        found = page_tables.record_columns(conn, table, (*names, *USAGE_COLUMNS), INTEGER_COLUMNS)
+        if found is not None:
+            return found
+    return page_tables.record_columns(conn, table, names, INTEGER_COLUMNS)
 
 
 def _kind(graph: Graph, name: str) -> _pages.Codes | str | None:
@@ -400,6 +414,6 @@ def worth_scanning(pages: _pages.PageFile | None) -> bool:
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["BLOBS", "MIN_BYTES", "Graph", "Table", "blobs_alongside", "clean", "member", "model_items_hold",
+__all__ = ["BLOBS", "MIN_BYTES", "USAGE_COLUMNS", "Graph", "Table", "blobs_alongside", "clean", "member", "model_items_hold",
            "pair_keys", "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted",
            "worth_scanning"]
