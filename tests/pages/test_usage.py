@@ -65,6 +65,10 @@ SHAPES = {
     "null_tool_names_left_out": ["nullable tool_calls tool_name", "UPDATE tool_calls SET tool_name = NULL WHERE id % 2 = 0"],
     "every_tool_name_null": ["nullable tool_calls tool_name", "UPDATE tool_calls SET tool_name = NULL"],
     "no_tool_calls": ["DELETE FROM tool_calls"],
+    # More groups than one rounding statement takes (usage._ROUND_BATCH).
+    "many_groups": ["WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1500) "
+                    "INSERT INTO tool_calls (call_index, call_id, tool_name, origin, decision, duration_ms) "
+                    "SELECT i, 'extra-' || i, 'tool-' || (i % 701), 'o' || (i % 2), 'allowed', i * 7 FROM n"],
 }
 
 

@@ -221,8 +221,8 @@ class _Check:
         sql_checks.fill_tool_lifecycle(result, tables.counts, counts)
 
     def _tool_usage(self, conn: sqlite3.Connection, tables: _Tables, graph: Graph | None = None) -> None:
-        usage = usage_from_graph(graph, conn) if graph is not None else None
-        sql_checks.check_tool_usage(conn, tables.names, tables.counts, self.report.checks["tool_usage"], usage)
+        sql_checks.check_tool_usage(conn, tables.names, tables.counts, self.report.checks["tool_usage"],
+                                    usage_from_graph(graph, conn))
 
     def _verify(self, conn: sqlite3.Connection, archive_sound: bool, _index: BodyIndex | None) -> VerifyStep | None:
         result = self.report.checks["verify_bodies"]

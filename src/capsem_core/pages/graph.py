@@ -414,6 +414,6 @@ def worth_scanning(pages: _pages.PageFile | None) -> bool:
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["BLOBS", "MIN_BYTES", "USAGE_COLUMNS", "Graph", "Table", "blobs_alongside", "clean", "member", "model_items_hold",
-           "pair_keys", "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold", "wanted",
-           "worth_scanning"]
+__all__ = ["BLOBS", "MIN_BYTES", "USAGE_COLUMNS", "Graph", "Table", "blobs_alongside", "clean", "member",
+           "model_items_hold", "pair_keys", "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold",
+           "wanted", "worth_scanning"]
