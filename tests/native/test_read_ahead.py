@@ -120,52 +120,49 @@ def _read(path: Path, start: int, length: int) -> None:
         os.close(fd)
 
 
-def test_a_file_already_in_the_page_cache_is_passed_over_not_asked_for(cold: Path) -> None:
-    _read(cold, 0, SIZE)
-    if _resident(cold) < 1.0:
-        pytest.skip("the page cache does not keep the whole file here")
-    ahead = _archive.ReadAhead(1 << 40)
-    fd = os.open(cold, os.O_RDONLY)
+def _asked_through(path: Path, limit: int, why: str) -> int:
+    """Hand the whole file to a read-ahead of ``limit`` bytes, wait until it has gone through
+    it and the file is all in the page cache, and say how many bytes it asked for."""
+    ahead = _archive.ReadAhead(limit)
+    fd = os.open(path, os.O_RDONLY)
     try:
         ahead.add(fd, SIZE)
-        _until(lambda: ahead.passed == SIZE, "the read-ahead never went through the file")
-        assert ahead.asked == 0
+        _until(lambda: ahead.passed == SIZE and _resident(path) == 1.0, why)
+        return int(ahead.asked)
     finally:
         ahead.close()
         os.close(fd)
+
+
+def _cached(path: Path, start: int, length: int) -> None:
+    """Exactly [start, start + length) of the file in the page cache, else the test skipped."""
+    _read(path, start, length)
+    if round(_resident(path) * SIZE) != length:
+        pytest.skip("the page cache here holds more or less than what was read")
+
+
+def test_a_file_already_in_the_page_cache_is_passed_over_not_asked_for(cold: Path) -> None:
+    _cached(cold, 0, SIZE)
+    assert _asked_through(cold, 1 << 40, "the read-ahead never went through the file") == 0
+
+
+def test_cached_chunks_are_passed_over_even_beyond_the_limit(cold: Path) -> None:
+    _cached(cold, 0, SIZE)
+    # Room for no chunk at all, and none needs asking for.
+    assert _asked_through(cold, 1, "the read-ahead stopped at its limit on cached chunks") == 0
 
 
 def test_only_the_chunks_missing_from_the_page_cache_are_asked_for(cold: Path) -> None:
     chunk = _archive.READ_AHEAD_CHUNK
-    _read(cold, 0, 2 * chunk)   # the first two chunks cached, the rest not
-    if round(_resident(cold) * SIZE) != 2 * chunk:
-        pytest.skip("the page cache here holds more or less than what was read")
+    _cached(cold, 0, 2 * chunk)   # the first two chunks cached, the rest not
     # A limit of the missing chunks alone: cached ones count nothing against it.
-    ahead = _archive.ReadAhead(SIZE - 2 * chunk)
-    fd = os.open(cold, os.O_RDONLY)
-    try:
-        ahead.add(fd, SIZE)
-        _until(lambda: ahead.passed == SIZE and _resident(cold) == 1.0, "the missing chunks never came in")
-        assert ahead.asked == SIZE - 2 * chunk
-    finally:
-        ahead.close()
-        os.close(fd)
+    assert _asked_through(cold, SIZE - 2 * chunk, "the missing chunks never came in") == SIZE - 2 * chunk
 
 
 def test_from_the_first_missing_chunk_on_the_file_is_streamed_as_a_cold_one(cold: Path) -> None:
     chunk = _archive.READ_AHEAD_CHUNK
-    _read(cold, chunk, SIZE - chunk)   # everything but the first chunk cached
-    if round(_resident(cold) * SIZE) != SIZE - chunk:
-        pytest.skip("the page cache here holds more or less than what was read")
-    ahead = _archive.ReadAhead(1 << 40)
-    fd = os.open(cold, os.O_RDONLY)
-    try:
-        ahead.add(fd, SIZE)
-        _until(lambda: ahead.passed == SIZE and _resident(cold) == 1.0, "the first chunk never came in")
-        assert ahead.asked == SIZE
-    finally:
-        ahead.close()
-        os.close(fd)
+    _cached(cold, chunk, SIZE - chunk)   # everything but the first chunk cached
+    assert _asked_through(cold, 1 << 40, "the first chunk never came in") == SIZE
 
 
 def test_a_closed_descriptor_or_a_closed_read_ahead_is_refused(cold: Path) -> None:

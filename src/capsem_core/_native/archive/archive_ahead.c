@@ -89,17 +89,16 @@ static void *run(void *arg) {
         int probing = 1; /* until the first chunk found missing: from there on, a cold file */
         for (uint64_t off = 0; off < f.size && !stopping(a); off += CAPSEM_AHEAD_CHUNK) {
             uint64_t len = f.size - off < CAPSEM_AHEAD_CHUNK ? f.size - off : CAPSEM_AHEAD_CHUNK;
-            /* Only this thread adds to done: the limit holds between the test and the add. */
-            pthread_mutex_lock(&a->lock);
-            int over = a->done + len > a->limit;
-            pthread_mutex_unlock(&a->lock);
-            if (over) break;
             int there = probing && cached(f.fd, off, len); /* then neither asked for nor counted */
             probing = there;
             pthread_mutex_lock(&a->lock);
-            if (!there) a->done += len;
-            a->passed += len;
+            int over = !there && a->done + len > a->limit;
+            if (!over) {
+                if (!there) a->done += len;
+                a->passed += len;
+            }
             pthread_mutex_unlock(&a->lock);
+            if (over) break;
             if (there) continue;
             if (count == CAPSEM_AHEAD_DEPTH) { /* the oldest chunk in flight read before another is asked */
                 uint64_t oldest = flight[head];
