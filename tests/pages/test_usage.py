@@ -7,6 +7,9 @@ section either way, without the SQL pass where the scan counted it."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,17 +30,23 @@ USAGE_SQL = """SELECT tool_name, origin, decision, COUNT(*) AS count, ROUND(AVG(
                GROUP BY tool_name, origin, decision ORDER BY count DESC, tool_name"""
 
 
-def both_ways(db: Path) -> tuple[list[list[object]] | None, list[list[object]]]:
-    """(the rows from the pages, the rows from SQL), in one read transaction."""
+@contextmanager
+def scanned(db: Path) -> Iterator[tuple[identity_pages.Graph | None, sqlite3.Connection]]:
+    """The identity graph's scan of ``db``, and the connection of its read transaction."""
     conn = opening.open_read_only(db, _db.read_plan(db))
     mapped = _pages.PageFile(db)
     try:
         conn.execute("BEGIN")
-        from_pages = usage_from_graph(identity_pages.read_graph(mapped, conn), conn)
-        return from_pages, [list(r) for r in conn.execute(USAGE_SQL)]
+        yield identity_pages.read_graph(mapped, conn), conn
     finally:
         mapped.close()
         conn.close()
+
+
+def both_ways(db: Path) -> tuple[list[list[object]] | None, list[list[object]]]:
+    """(the rows from the pages, the rows from SQL), in one read transaction."""
+    with scanned(db) as (graph, conn):
+        return usage_from_graph(graph, conn), [list(r) for r in conn.execute(USAGE_SQL)]
 
 
 FIRST_CALL = "(SELECT MIN(id) FROM tool_calls)"
@@ -103,6 +112,13 @@ def test_ties_keep_group_by_order(ledger: Path) -> None:
         assert c1 > c2 or (c1 == c2 and (o1, d1) < (o2, d2))
 
 
+def test_the_usage_texts_keep_to_a_domain_of_their_own(ledger: Path) -> None:
+    """Only counted, never joined: they do not widen the join domains' arrays."""
+    with scanned(ledger) as (graph, conn):
+        [name] = conn.execute("SELECT tool_name FROM tool_calls LIMIT 1").fetchone()
+        assert graph is not None and graph.code("usage", name) > 0 and graph.code("name", name) == 0
+
+
 OTHER_KINDS = {
     "duration_beyond_exact_doubles": "UPDATE tool_calls SET duration_ms = 4611686018427387904 WHERE id % 2 = 0",
     "duration_a_text": f"UPDATE tool_calls SET duration_ms = 'slow' WHERE id = {FIRST_CALL}",
@@ -120,14 +136,8 @@ def test_what_the_arrays_cannot_say_leaves_the_counting_to_sql(name: str, ledger
 
 def test_a_tool_name_that_is_not_utf8_leaves_the_counting_to_sql(ledger: Path) -> None:
     reshaped(ledger, f"UPDATE tool_calls SET tool_name = CAST(x'ff' AS TEXT) WHERE id = {FIRST_CALL}")
-    conn = opening.open_read_only(ledger, _db.read_plan(ledger))
-    mapped = _pages.PageFile(ledger)
-    try:
-        conn.execute("BEGIN")
-        assert usage_from_graph(identity_pages.read_graph(mapped, conn), conn) is None
-    finally:
-        mapped.close()
-        conn.close()
+    with scanned(ledger) as (graph, conn):
+        assert graph is not None and usage_from_graph(graph, conn) is None
 
 
 def _handed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:

@@ -41,9 +41,11 @@ NULL = _pages.NULL_VALUE
 MIN_BYTES = 16 << 20
 # The columns each join reads, by the domain their codes share (codes compare only within
 # one domain): tool call ids, and the short names (traces, turns, kinds, types). Event ids are
-# read as their values (HEX); an event id of another form is a value of another kind.
+# read as their values (HEX); an event id of another form is a value of another kind. The tool
+# usage's texts are only counted, never joined: a domain of their own, so that they do not
+# widen the arrays the joins size by a domain's count.
 TEXT_DOMAINS = {"call_id": "call", "trace_id": "name", "turn_id": "name", "kind": "name", "event_type": "name",
-                "tool_name": "name", "origin": "name", "decision": "name"}
+                "tool_name": "usage", "origin": "usage", "decision": "usage"}
 HEX_COLUMNS = ("event_id",)
 INTEGER_COLUMNS = ("id", "model_call_id", "duration_ms")
 # The tool usage section's columns (``pages.usage``): read in the same pass over tool_calls
@@ -91,7 +93,7 @@ class Graph:
 
     def __init__(self) -> None:
         seed = int.from_bytes(os.urandom(8), "little")
-        self.codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(("call", "name"))}
+        self.codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(("call", "name", "usage"))}
         self.tables: dict[str, Table] = {}
 
     def code(self, domain: str, text: str) -> int:

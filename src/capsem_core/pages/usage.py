@@ -50,7 +50,7 @@ def usage_from_graph(graph: Graph | None, conn: sqlite3.Connection) -> list[list
     timed = ms != NULL
     if timed.any() and int(np.abs(ms[timed]).max()) * int(timed.sum()) >= _EXACT:
         return None
-    codes = graph.codes["name"]
+    codes = graph.codes["usage"]
     groups, inverse = _groups(np.stack((name, origin, decision), axis=1), len(codes) + 1)
     counts = np.bincount(inverse, minlength=len(groups))
     timed_n = np.bincount(inverse[timed], minlength=len(groups))
