@@ -142,6 +142,7 @@ class _Check:
         self.workers = snapshot.workers
         self.early: list[str] | None = None
         self.schema: page_check.Schema | None = None
+        self.proved: set[str] = set()   # the tables whose check the page map gave
         try:
             self.schema = page_check.read_schema(snapshot.conn)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -157,14 +158,29 @@ class _Check:
         if pages is None or schema_ is None:
             self.workers = [self.snapshot.connect()]
             return [Step("quick_check", lambda conn: page_check.quick_check_lines(conn), pool=True, verdict=True)]
-        # The page map first: it reads the file in file order, just behind the read-ahead, so
-        # from a cold cache it works while the per-table checks (reading by tree order) wait on
-        # the disk; the largest per-table check starts beside it on another worker.
-        return [Step(f"quick_check:{table}" if table is not None else "page_map",
-                     (lambda conn, t=table: page_check.quick_check_lines(conn, t)) if table is not None
-                     else (lambda conn: page_check.walk(pages, schema_)), pool=True,
-                     cost=cost if table is not None else _AHEAD, verdict=True)
-                for table, cost in page_check.jobs(pages, schema_)]
+        # The page map first: it reads the file in file order, just behind the read-ahead, and
+        # holds every tree to the per-table check's tests. A table it proves sound needs no
+        # quick_check (which reads by tree order, from a cold cache a wait on the disk per
+        # page); the others, and sqlite_schema, are checked by SQLite, after it.
+        steps = [Step("page_map", lambda conn: page_check.walk(pages, schema_), pool=True, cost=_AHEAD, verdict=True)]
+        for table, cost in page_check.jobs(pages, schema_):
+            if table is None:
+                continue
+            if any(rule is not None for t, rule in zip(schema_.table_of, schema_.rules) if t == table):
+                steps.append(Step(f"quick_check:{table}", lambda conn, walk, t=table: self._table_lines(conn, walk, t),
+                                  needs=("page_map",), pool=True, cost=cost, verdict=True))
+            else:
+                steps.append(Step(f"quick_check:{table}", lambda conn, t=table: page_check.quick_check_lines(conn, t),
+                                  pool=True, cost=cost, verdict=True))
+        return steps
+
+    def _table_lines(self, conn: sqlite3.Connection, page_map: _pages.Walk, table: str) -> list[str]:
+        """``table``'s per-table check: "ok" where the page map proved it, else SQLite's."""
+        assert self.schema is not None
+        if page_check.proved(page_map, self.schema, table):
+            self.proved.add(table)
+            return ["ok"]
+        return page_check.quick_check_lines(conn, table)
 
     def _report_steps(self) -> list[Step]:
         checks = self.report.checks
@@ -297,6 +313,7 @@ class _Check:
         result.counts["method"] = page_check.PER_TABLE if walk is not None else page_check.WHOLE_FILE
         result.counts["threads"] = len(self.workers)
         result.counts["tables_checked"] = sum(1 for k in results if k.startswith("quick_check:"))
+        result.counts["tables_proved"] = len(self.proved)
         if walk is not None:
             result.counts["pages_walked"] = page_check.pages_walked(walk)
         if lines != ["ok"]:

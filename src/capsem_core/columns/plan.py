@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from capsem_core import schema
 from capsem_core._native import _columns
+from capsem_core.pages.tables import affinity
 
 _AFFINITY_CLASS = {"INTEGER": _columns.CLASS_INTEGER, "NUMERIC": _columns.CLASS_INTEGER,
                    "REAL": _columns.CLASS_REAL, "TEXT": _columns.CLASS_TEXT, "BLOB": _columns.CLASS_BLOB}
@@ -69,20 +70,6 @@ class TablePlan:
 def quote(name: str) -> str:
     """An SQL identifier, double-quoted."""
     return '"' + name.replace('"', '""') + '"'
-
-
-def affinity(declared: str) -> str:
-    """SQLite's column affinity of a declared type (the rules of "Datatypes In SQLite" §3.1)."""
-    kind = declared.upper()
-    if "INT" in kind:
-        return "INTEGER"
-    if "CHAR" in kind or "CLOB" in kind or "TEXT" in kind:
-        return "TEXT"
-    if "BLOB" in kind or not kind.strip():
-        return "BLOB"
-    if "REAL" in kind or "FLOA" in kind or "DOUB" in kind:
-        return "REAL"
-    return "NUMERIC"
 
 
 def check_table(table: object) -> str:

@@ -12,6 +12,16 @@ halves that together see everything it sees:
   one tree, its overflow chains, the freelist, the pointer map or the lock-byte page), the
   root pages' pointer-map entries, read from session.db's own bytes (``walk``).
 
+The page map also holds each tree to every test the per-table check applies to it (each
+page's header, freeblocks, cells and bytes; the pages' depths, key ranges and overflow chains;
+each row's NOT NULL columns and its values' kinds against the columns' affinities), more
+strictly where that is simpler. A table whose trees all pass needs no ``quick_check`` of its
+own: it would say "ok" (``proved``). Any other table, and sqlite_schema (whose check also
+words the freelist), is checked by SQLite, whose words the report gives. A read-only
+connection does not load CHECK constraints, so the per-table check tests none, and neither
+does the page map. What the page map may prove is what ``Schema.rules`` allows: a rowid
+table, not STRICT, with no generated column and at most 64 columns.
+
 Both halves must read the check's snapshot. They do when that snapshot is the database file
 itself (``Snapshot.pages`` is set: no ``-wal`` holds a page, so every connection's snapshot is
 the file, which cannot change while they are held). When a ``-wal`` holds pages, the file is
@@ -25,6 +35,7 @@ import sqlite3
 from typing import NamedTuple
 
 from capsem_core._native import _pages
+from capsem_core.pages.tables import affinity
 from capsem_core.pages.words import walk_lines
 
 PER_TABLE, WHOLE_FILE = "per_table", "whole_file"
@@ -71,14 +82,23 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# (fields, not_null, null, no_number, no_text): see _pages.PageFile.walk.
+Rule = tuple[int, int, int, int, int]
+INDEX_RULE: Rule = (0, 0, 0, 0, 0)
+MAX_RULE_COLUMNS = 64
+
+
 class Schema(NamedTuple):
     """What the page check needs of sqlite_schema: the tables, every tree's root page, its
-    name for the page map's words, and the table whose per-table check covers it."""
+    name for the page map's words, the table whose per-table check covers it, and what the
+    page map holds the tree to (``_pages.PageFile.walk``'s rules; None: left to SQLite)."""
 
     tables: tuple[str, ...]
     roots: tuple[int, ...]
     names: dict[int, str]      # root page -> "table t" / "index i"
     table_of: tuple[str, ...]  # per root
+    rules: tuple[Rule | None, ...] = ()  # per root
+
 
 
 def read_schema(conn: sqlite3.Connection) -> Schema:
@@ -92,13 +112,55 @@ def read_schema(conn: sqlite3.Connection) -> Schema:
         conn.text_factory = factory
     tables = [str(name) for kind, name, _t, _r in rows if kind == "table"]
     roots, table_of, names = [1], [SCHEMA_TABLE], {1: f"table {SCHEMA_TABLE}"}
+    kinds: list[str] = ["table"]
     for kind, name, tbl_name, rootpage in rows:
         # Views and triggers have no tree (rootpage 0), virtual tables none of their own.
         if isinstance(rootpage, int) and not isinstance(rootpage, bool) and 0 < rootpage <= 0xFFFFFFFF:
             roots.append(rootpage)
             table_of.append(str(tbl_name))
             names.setdefault(rootpage, f"{kind} {name}")
-    return Schema(tuple(tables), tuple(roots), names, tuple(table_of))
+            kinds.append(str(kind))
+    table_rules = _table_rules(conn)
+    rules = tuple(None if table == SCHEMA_TABLE else INDEX_RULE if kind == "index" else table_rules.get(table)
+                  for table, kind in zip(table_of, kinds))
+    return Schema(tuple(tables), tuple(roots), names, tuple(table_of), rules)
+
+
+def _table_rules(conn: sqlite3.Connection) -> dict[str, Rule]:
+    """The rule of each table the page map may prove: a rowid table, not STRICT, every column
+    stored (no generated one), at most 64 columns. The rowid's alias (a lone INTEGER PRIMARY
+    KEY) must be NULL in every record; were it not the alias after all, the records hold its
+    values and the table goes to SQLite. None of them where this SQLite cannot say."""
+    try:
+        listed = conn.execute("SELECT name, type, wr, strict FROM pragma_table_list WHERE schema = 'main'").fetchall()
+        columns = conn.execute(
+            "SELECT m.name, c.cid, c.type, c.\"notnull\", c.pk, c.hidden FROM sqlite_schema AS m, "
+            "pragma_table_xinfo(m.name, 'main') AS c WHERE m.type = 'table' ORDER BY m.name, c.cid").fetchall()
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
+        return {}
+    eligible = {str(name) for name, kind, wr, strict in listed if kind == "table" and not wr and not strict}
+    by_table: dict[str, list[tuple[int, str, int, int, int]]] = {}
+    for name, cid, declared, not_null, pk, hidden in columns:
+        by_table.setdefault(str(name), []).append((int(cid), str(declared or ""), int(not_null), int(pk), int(hidden)))
+    rules: dict[str, Rule] = {}
+    for name, cols in by_table.items():
+        if name not in eligible or len(cols) > MAX_RULE_COLUMNS or any(c[4] for c in cols):
+            continue
+        keys = [c for c in cols if c[3]]
+        not_null = null = no_number = no_text = 0
+        for cid, declared, nn, pk, _hidden in cols:
+            if len(keys) == 1 and pk and declared.upper() == "INTEGER":
+                null |= 1 << cid
+                continue
+            if nn:
+                not_null |= 1 << cid
+            kind = affinity(declared)
+            if kind == "TEXT":
+                no_number |= 1 << cid
+            elif kind != "BLOB":
+                no_text |= 1 << cid
+        rules[name] = (len(cols), not_null, null, no_number, no_text)
+    return rules
 
 
 def jobs(pages: _pages.PageFile, schema: Schema) -> list[tuple[str | None, float]]:
@@ -115,8 +177,16 @@ def jobs(pages: _pages.PageFile, schema: Schema) -> list[tuple[str | None, float
 
 
 def walk(pages: _pages.PageFile, schema: Schema) -> _pages.Walk:
-    """The page map: every page of the mapped file given one owner (GIL released)."""
-    return pages.walk(list(schema.roots))
+    """The page map: every page of the mapped file given one owner, and each tree held to its
+    rule (GIL released)."""
+    return pages.walk(list(schema.roots), list(schema.rules) if schema.rules else None)
+
+
+def proved(page_map: _pages.Walk, schema: Schema, table: str) -> bool:
+    """Whether the page map proved ``table``'s trees pass every test of its quick_check:
+    each of them had a rule and passed it."""
+    judged = [(rule, sound) for t, rule, sound in zip(schema.table_of, schema.rules, page_map.sound) if t == table]
+    return bool(judged) and all(rule is not None and sound for rule, sound in judged)
 
 
 def verdict_lines(table_lines: list[list[str]], page_map: _pages.Walk | None, schema: Schema | None) -> list[str]:
@@ -134,4 +204,4 @@ def pages_walked(page_map: _pages.Walk) -> int:
 
 
 __all__ = ["PER_TABLE", "SCHEMA_TABLE", "WALK_COST_PER_PAGE", "WHOLE_FILE", "Schema", "damage_lines", "jobs",
-           "pages_walked", "quick_check_lines", "read_schema", "verdict_lines", "walk"]
+           "pages_walked", "proved", "quick_check_lines", "read_schema", "verdict_lines", "walk"]

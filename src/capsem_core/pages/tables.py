@@ -9,7 +9,8 @@ the table is one the scan may read at all: a plain rowid table (no WITHOUT ROWID
 generated or hidden columns), declared with the types the caller expects, whose text the
 database stores in UTF-8. Anything else answers None, and the caller reads the table with
 SQL instead. A declared ``INTEGER PRIMARY KEY`` is the rowid (``_pages.ROWID``): SQLite stores
-NULL in its record column.
+NULL in its record column. ``affinity`` is SQLite's rule from a declared type to a column's
+affinity, for the readers that test or convert by it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from capsem_core import db
 from capsem_core._native import _pages
+
+
+def affinity(declared: str) -> str:
+    """SQLite's column affinity of a declared type (the rules of "Datatypes In SQLite" §3.1)."""
+    kind = declared.upper()
+    if "INT" in kind:
+        return "INTEGER"
+    if "CHAR" in kind or "CLOB" in kind or "TEXT" in kind:
+        return "TEXT"
+    if "BLOB" in kind or not kind.strip():
+        return "BLOB"
+    if "REAL" in kind or "FLOA" in kind or "DOUB" in kind:
+        return "REAL"
+    return "NUMERIC"
 
 
 def utf8(conn: sqlite3.Connection) -> bool:
@@ -158,5 +173,5 @@ class HeldMap:
             self.file = None
 
 
-__all__ = ["SNAPSHOT_PRAGMAS", "HeldMap", "header_is_snapshot", "map_snapshot", "mapped", "reads_the_file",
+__all__ = ["SNAPSHOT_PRAGMAS", "HeldMap", "affinity", "header_is_snapshot", "map_snapshot", "mapped", "reads_the_file",
            "record_columns", "root_page", "same_file", "utf8", "window_bytes"]

@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 
 cdef extern from "map_guard.h" nogil:
     int capsem_guard_install()
@@ -64,8 +64,15 @@ cdef extern from "page_map.h" nogil:
         size_t nfindings
         capsem_page_finding findings[100]
     int capsem_page_header_parse(const uint8_t *map, uint64_t size, capsem_page_header *h, capsem_page_finding *bad)
+    ctypedef struct capsem_tree_rule:
+        uint32_t fields
+        uint64_t not_null
+        uint64_t null
+        uint64_t no_number
+        uint64_t no_text
     int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                             uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w)
+                             uint64_t *pages_out, volatile const int *cancel, uint64_t window,
+                             const capsem_tree_rule *rules, uint8_t *sound_out, capsem_page_walk *w)
     void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_header *h, const uint32_t *roots,
                               size_t nroots, uint64_t window, uint64_t *out)
 
@@ -142,8 +149,10 @@ Records.__doc__ = ("The result of PageFile.records: status (\"ok\", \"cancelled\
                    "32) uint8), None for the others.")
 
 Walk = collections.namedtuple("Walk", "findings findings_total in_tree_total tree_pages btree_pages "
-                                      "overflow_pages freelist_pages pointer_map_pages cancelled")
-Walk.__doc__ = "The result of PageFile.walk: findings (at most MAX_FINDINGS kept), totals, pages per root."
+                                      "overflow_pages freelist_pages pointer_map_pages cancelled sound")
+Walk.__doc__ = ("The result of PageFile.walk: findings (at most MAX_FINDINGS kept), totals, pages per root, and "
+                "per root whether its tree passed every test of SQLite's per-table quick_check (all False "
+                "without rules).")
 
 
 cdef dict _header_dict(const capsem_page_header *h):
@@ -403,37 +412,73 @@ cdef class PageFile:
             free(out)
             free(r)
 
-    def walk(self, roots):
+    def walk(self, roots, rules=None):
         """Walk the freelist, every tree of ``roots`` (sqlite_schema rootpages; include 1) and
-        every page's use; returns a ``Walk``. ``cancel()`` from another thread stops it."""
+        every page's use; returns a ``Walk``. ``rules``: per root, None for no judgement, or
+        (fields, not_null, null, no_number, no_text): 0 fields for an index tree, else a rowid
+        table's record field count and the bit masks (field i: bit i, i < 64) of the fields
+        every record holds a value in, is NULL in, holds no number in and no text in;
+        ``Walk.sound`` says which trees passed. ``cancel()``
+        from another thread stops it."""
         if self.walking:
             raise RuntimeError("a walk of this file is already running")
         cdef size_t n = 0
+        cdef Py_ssize_t i
+        if rules is not None:
+            rules = list(rules)
+            if len(rules) != len(roots):
+                raise ValueError("one rule per root")
         cdef uint32_t *r = _roots_array(roots, &n)
         cdef uint64_t *pages = <uint64_t *>malloc((n if n else 1) * sizeof(uint64_t))
         cdef capsem_page_walk *w = <capsem_page_walk *>malloc(sizeof(capsem_page_walk))
+        cdef capsem_tree_rule *judged = NULL
+        cdef uint8_t *sound = NULL
         cdef int rc
-        if pages == NULL or w == NULL:
+        if rules is not None:
+            judged = <capsem_tree_rule *>calloc(n if n else 1, sizeof(capsem_tree_rule))
+            sound = <uint8_t *>calloc(n if n else 1, 1)
+        if pages == NULL or w == NULL or (rules is not None and (judged == NULL or sound == NULL)):
             free(r)
             free(pages)
             free(w)
+            free(judged)
+            free(sound)
             raise MemoryError()
+        if rules is not None:
+            try:
+                for i in range(<Py_ssize_t>n):
+                    if rules[i] is None:
+                        judged[i].fields = 0xFFFFFFFF   # a table of no rule: never sound, nor an index
+                    else:
+                        (judged[i].fields, judged[i].not_null, judged[i].null, judged[i].no_number,
+                         judged[i].no_text) = rules[i]
+            except BaseException:
+                free(r)
+                free(pages)
+                free(w)
+                free(judged)
+                free(sound)
+                raise
         self.busy += 1
         self.walking = 1
         try:
             with nogil:
-                rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, self.window, w)
+                rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, self.window,
+                                          judged, sound, w)
             if rc < 0:
                 raise MemoryError()
             return Walk([_finding(&w.findings[i]) for i in range(w.nfindings)], w.findings_total,
                         w.in_tree_total, [pages[i] for i in range(n)], w.btree_pages, w.overflow_pages,
-                        w.freelist_pages, w.ptrmap_pages, rc == 1)
+                        w.freelist_pages, w.ptrmap_pages, rc == 1,
+                        [sound != NULL and rc == 0 and sound[i] != 0 for i in range(n)])
         finally:
             self.busy -= 1
             self.walking = 0
             free(r)
             free(pages)
             free(w)
+            free(judged)
+            free(sound)
 
     def records(self, uint32_t root, columns):
         """Read chosen columns of every row of the table tree at ``root``, in rowid order.

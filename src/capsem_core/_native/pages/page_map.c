@@ -8,6 +8,7 @@
 #include "map_guard.h"
 #include "page_cells.h"
 #include "page_map.h"
+#include "page_sound.h"
 #include "page_summary.h"
 #include "page_window.h"
 
@@ -17,6 +18,9 @@
 #define MAX_ROOTS 0x10000000u
 #define PENDING_BYTE 0x40000000u
 #define CANCEL_EVERY 1024u
+/* SQLite's cursors go at most 20 pages deep (BTCURSOR_MAX_DEPTH): reading the rows of a deeper
+ * tree is an error its quick_check reports. */
+#define CURSOR_DEPTH 19u
 
 /* Pointer-map entry types (fileformat2 §1.7). */
 #define PTRMAP_ROOTPAGE 1u
@@ -35,10 +39,15 @@ typedef struct {
     const uint32_t *roots;
     size_t nroots;
     uint64_t *pages_out;  /* per root, or NULL */
+    uint8_t *sound_out;   /* per root, or NULL */
     uint64_t *tree_pages; /* the current tree's count, or NULL */
     volatile const int *cancel;
     capsem_page_window win; /* the pages this walk keeps resident */
     capsem_page_summary sum; /* every page read once in file order (kind NULL: none, read each page) */
+    const capsem_tree_rule *rules; /* per root, or NULL: no tree is judged */
+    int sound;       /* the tree being walked has passed every test so far */
+    int tree_table;  /* its kind: 0 not yet known, 1 a table, 2 an index */
+    int leaf_depth;  /* the depth of its first leaf, -1 before it */
     uint32_t steps;
     int stopped;
     int freelist_errors;
@@ -48,6 +57,9 @@ typedef struct {
 typedef struct {
     uint32_t page;
     uint32_t next; /* the next child to descend: cell index, ncell for the right child */
+    /* The keys a table page's subtree may hold: (lo, hi], each bound only where has_ says. */
+    int64_t lo, hi;
+    uint8_t has_lo, has_hi;
 } frame;
 
 static inline uint32_t get2(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
@@ -176,6 +188,7 @@ static void walk_chain(walker *k, uint32_t head, uint32_t want, uint32_t owner, 
         pgno = next_of(k, pgno);
         if (poll_cancel(k)) return;
     }
+    if (pgno != 0) k->sound = 0; /* longer than the payload needs: SQLite follows it and says so */
 }
 
 /* Visit page `pgno` of a tree: take it, check its header, walk the overflow chains of its
@@ -192,6 +205,7 @@ static int64_t visit(walker *k, uint32_t pgno, uint32_t owner, uint32_t from, un
     }
     uint8_t kind;
     const uint32_t *e = summary_of(k, pgno, &kind);
+    if (!e) k->sound = 0; /* a page the summary does not stand for is left to SQLite */
     if (e) { /* a sound b-tree page: its chains in cell order, as below */
         uint32_t ncell = (kind & 0x08) ? 0 : e[0];
         const uint32_t *chain = e + ((kind & 0x08) ? 0 : (size_t)ncell + 2), *end = k->sum.entry + k->sum.at[pgno + 1];
@@ -250,14 +264,72 @@ static uint32_t child_at(walker *k, uint32_t pgno, uint32_t i, uint32_t owner) {
     return child;
 }
 
+/* The tests between pages of a table or index tree, for page `pgno` (just visited, at `depth`)
+ * within `f`'s key range: a tree of one kind of page, leaves at one depth within a cursor's
+ * reach, no empty page but a leaf root, a table page's keys within its range, a table leaf's
+ * records keeping the root's rule (page_map.h). */
+static void judge(walker *k, uint32_t pgno, uint32_t owner, unsigned depth, const frame *f) {
+    if (!k->sound) return;
+    if (!k->rules || !k->sum.sound || pgno == 0 || pgno > k->h.page_count || !k->sum.sound[pgno]) {
+        k->sound = 0;
+        return;
+    }
+    uint8_t kind = k->sum.kind[pgno];
+    int table = kind & 0x01, leaf = (kind & 0x08) != 0;
+    const capsem_page_facts *p = &k->sum.facts[pgno];
+    const capsem_tree_rule *rule = &k->rules[owner - 1];
+    int ok = depth < CURSOR_DEPTH && (table ? rule->fields != 0 : rule->fields == 0);
+    if (k->tree_table == 0) k->tree_table = table ? 1 : 2;
+    ok = ok && k->tree_table == (table ? 1 : 2);
+    if (leaf) {
+        if (k->leaf_depth < 0) k->leaf_depth = (int)depth;
+        ok = ok && k->leaf_depth == (int)depth && (p->rows > 0 || depth == 0);
+    } else {
+        ok = ok && p->rows > 0;
+    }
+    if (ok && table && p->rows > 0) {
+        ok = (!f->has_lo || p->lo > f->lo) && (!f->has_hi || p->hi <= f->hi);
+        if (ok && leaf)
+            ok = p->fields_min == rule->fields && p->fields_max == rule->fields && !(p->nulls & rule->not_null) &&
+                 !(p->values & rule->null) && !(p->numbers & rule->no_number) && !(p->texts & rule->no_text);
+    }
+    if (!ok) k->sound = 0;
+}
+
+/* The key range of child `i` of table interior page `top` (`ncell` cells): between its keys
+ * i - 1 and i, the page's own bounds at either end. */
+static void child_range(walker *k, const frame *top, uint32_t i, uint32_t ncell, frame *child) {
+    child->lo = top->lo;
+    child->hi = top->hi;
+    child->has_lo = top->has_lo;
+    child->has_hi = top->has_hi;
+    if (!k->sound || k->tree_table != 1) return;
+    const uint8_t *page = page_at(k, top->page);
+    uint32_t hdr = top->page == 1 ? 100 : 0;
+    if (i > 0) {
+        child->lo = capsem_interior_key(page, hdr, i - 1);
+        child->has_lo = 1;
+    }
+    if (i < ncell) {
+        child->hi = capsem_interior_key(page, hdr, i);
+        child->has_hi = 1;
+    }
+}
+
 static void walk_tree(walker *k, uint32_t owner) {
     frame stack[CAPSEM_PAGES_MAX_DEPTH + 1];
     unsigned depth = 0;
     uint32_t root = root_of(k, owner);
-    int64_t n = visit(k, root, owner, 0, 0);
-    if (n < 0) return;
+    k->sound = k->rules != NULL && !k->autovacuum;
+    k->tree_table = 0;
+    k->leaf_depth = -1;
     stack[0].page = root;
     stack[0].next = 0;
+    stack[0].has_lo = stack[0].has_hi = 0;
+    stack[0].lo = stack[0].hi = 0;
+    int64_t n = visit(k, root, owner, 0, 0);
+    judge(k, root, owner, 0, &stack[0]);
+    if (n < 0) return;
     depth = 1;
     while (depth > 0 && !poll_cancel(k)) {
         frame *top = &stack[depth - 1];
@@ -268,11 +340,15 @@ static void walk_tree(walker *k, uint32_t owner) {
         }
         uint32_t child = child_at(k, top->page, top->next, owner);
         uint32_t parent = top->page;
+        frame *next = &stack[depth];
+        child_range(k, top, top->next, ncell, next);
         top->next++;
+        if (child == 0) k->sound = 0; /* SQLite passes over a zero child pointer, then finds the depth differs */
         int64_t m = visit(k, child, owner, parent, depth);
+        judge(k, child, owner, depth, next);
         if (m >= 0) { /* visit() bounds depth, so the stack has room */
-            stack[depth].page = child;
-            stack[depth].next = 0;
+            next->page = child;
+            next->next = 0;
             depth++;
         }
     }
@@ -399,7 +475,9 @@ static void walk_all(walker *k) {
         uint32_t root = k->roots[i];
         if (k->autovacuum && root > 1 && root <= h->page_count) check_ptrmap(k, root, PTRMAP_ROOTPAGE, 0, root);
         k->tree_pages = k->pages_out ? &k->pages_out[i] : NULL;
+        uint64_t found = w->findings_total;
         walk_tree(k, (uint32_t)(i + 1));
+        if (k->sound_out) k->sound_out[i] = (uint8_t)(k->sound && !k->stopped && w->findings_total == found);
         k->tree_pages = NULL;
     }
     if (k->stopped) return;
@@ -413,9 +491,11 @@ static void walk_all(walker *k) {
 }
 
 int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                         uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w) {
+                         uint64_t *pages_out, volatile const int *cancel, uint64_t window,
+                         const capsem_tree_rule *rules, uint8_t *sound_out, capsem_page_walk *w) {
     memset(w, 0, sizeof *w);
     if (pages_out) memset(pages_out, 0, nroots * sizeof *pages_out); /* also when the header stops the walk */
+    if (sound_out) memset(sound_out, 0, nroots); /* likewise: no tree sound until walked */
     capsem_page_finding bad;
     walker *k = calloc(1, sizeof *k);
     if (!k) return -1;
@@ -446,6 +526,8 @@ int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *root
         return -1;
     }
     k->pages_out = pages_out;
+    k->rules = sound_out ? rules : NULL;
+    k->sound_out = rules ? sound_out : NULL;
     /* Without memory for the window the walk still runs, keeping what it reads resident. */
     if (window) capsem_window_init(&k->win, map, size, window);
     if (sigsetjmp(capsem_guard_env, 1) != 0) {

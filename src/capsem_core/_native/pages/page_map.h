@@ -89,14 +89,35 @@ typedef struct {
  * open; else a CAPSEM_PG_BAD_HEADER / CAPSEM_PG_SHORT_FILE finding is written to *bad). */
 int capsem_page_header_parse(const uint8_t *map, uint64_t size, capsem_page_header *h, capsem_page_finding *bad);
 
+/* What a tree must be for the walk to find it sound (one per root). `fields` 0: an index tree;
+ * else a rowid table's tree whose every record has exactly `fields` fields, a value in each
+ * field of `not_null`, NULL in each of `null` (the rowid's alias, which a record leaves NULL),
+ * no number in a field of `no_number` (TEXT affinity) and no text in one of `no_text` (numeric
+ * affinity): quick_check's tests of each row, for the first 64 fields. */
+typedef struct {
+    uint32_t fields;
+    uint64_t not_null;
+    uint64_t null;
+    uint64_t no_number;
+    uint64_t no_text;
+} capsem_tree_rule;
+
 /* Walk the file: the freelist, then every tree of `roots` (each an sqlite_schema rootpage;
  * 1 is sqlite_schema), then every page's use. `pages_out`, when not NULL, receives the pages
  * each root's tree uses (overflow pages included). `cancel`, when not NULL, is polled: a
  * non-zero value stops the walk (returns 1). `window`: the bytes of the map the walk keeps
- * resident (page_window.h; 0: no bound). Returns 0 when the walk ran, -1 when memory ran
- * out. The SIGBUS guard must be installed (capsem_guard_install). Runs without the GIL. */
+ * resident (page_window.h; 0: no bound). `rules` and `sound_out` (both or neither): per
+ * root, what its tree must be, and 1 when the tree passed every test SQLite's per-table
+ * quick_check applies to it (each page's own, page_sound.h, and those between its pages: one
+ * kind of page, leaves at one depth, keys in their parents' ranges, no empty page below the
+ * root, overflow chains of exactly the pages the payload needs), the records keeping the
+ * rule, and the walk found nothing in it; 0 leaves the tree to SQLite's check. An auto-vacuum
+ * file's trees are all left to it (their pointer-map entries are not read here). Returns 0
+ * when the walk ran, -1 when memory ran out. The SIGBUS guard must be installed
+ * (capsem_guard_install). Runs without the GIL. */
 int capsem_page_walk_run(const uint8_t *map, uint64_t size, const uint32_t *roots, size_t nroots,
-                         uint64_t *pages_out, volatile const int *cancel, uint64_t window, capsem_page_walk *w);
+                         uint64_t *pages_out, volatile const int *cancel, uint64_t window,
+                         const capsem_tree_rule *rules, uint8_t *sound_out, capsem_page_walk *w);
 
 /* A cheap estimate of the pages of each root's tree: the product of the fan-outs down its
  * left-most path (a few pages read per tree, every tree's next level asked of the page cache

@@ -33,6 +33,9 @@ void capsem_summary_free(capsem_page_summary *s) {
     capsem_big_free(s->kind, (size_t)(n + 1));
     capsem_big_free(s->at, (size_t)(n + 2) * sizeof *s->at);
     capsem_big_free(s->entry, s->cap * sizeof *s->entry);
+    capsem_big_free(s->sound, (size_t)(n + 1));
+    capsem_big_free(s->facts, (size_t)(n + 1) * sizeof *s->facts);
+    free(s->scratch);
     memset(s, 0, sizeof *s);
 }
 
@@ -82,6 +85,17 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
         capsem_summary_free(s);
         return -1;
     }
+    /* Without memory for the pages' own tests the summary still serves the walk. */
+    s->sound = capsem_big_alloc((size_t)(count + 1));
+    s->facts = capsem_big_alloc((size_t)(count + 1) * sizeof *s->facts);
+    capsem_sound_scratch *scr = s->sound && s->facts ? malloc(sizeof *scr) : NULL;
+    s->scratch = scr;
+    if (!scr) {
+        capsem_big_free(s->sound, (size_t)(count + 1));
+        capsem_big_free(s->facts, (size_t)(count + 1) * sizeof *s->facts);
+        s->sound = NULL;
+        s->facts = NULL;
+    }
     uint32_t max_cells = (h->page_size - 8) / 6;
     size_t n = 0;
     for (uint64_t p = 1; p <= count; p++) {
@@ -108,11 +122,15 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
         if (end != READ_IT) {
             s->kind[p] = type;
             n = end;
+            if (scr) s->sound[p] = (uint8_t)capsem_page_sound(h->page_size, h->usable, page, hdr, type, ncell, scr,
+                                                              &s->facts[p]);
         } else {
             s->kind[p] = CAPSEM_SUMMARY_READ;
         }
     }
     s->at[count + 1] = (uint32_t)n;
+    free(scr);
+    s->scratch = NULL;
     return 0;
 }
 

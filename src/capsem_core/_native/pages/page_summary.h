@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "page_map.h"
+#include "page_sound.h"
 #include "page_window.h"
 
 /* kind[p]: besides a b-tree type (0x02, 0x05, 0x0A, 0x0D; its entries: for an interior page
@@ -36,6 +37,12 @@ typedef struct {
     uint32_t *at;     /* [page_count + 2]: page p's entries are entry[at[p] .. at[p + 1]) */
     uint32_t *entry;
     size_t cap;       /* entries allocated (the budget) */
+    /* Each b-tree page's own tests (page_sound.h), for the tests between pages: sound[p] 1 when
+     * page p passed them, facts[p] what they found. NULL when there was no memory for them (no
+     * tree is then found sound). */
+    uint8_t *sound;             /* [page_count + 1] */
+    capsem_page_facts *facts;   /* [page_count + 1] */
+    capsem_sound_scratch *scratch; /* while the summary is built (freed with it after a SIGBUS) */
 } capsem_page_summary;
 
 /* Summarise pages 1..h->page_count of the map [map, map + size) (every page within the file,
