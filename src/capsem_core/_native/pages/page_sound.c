@@ -3,9 +3,10 @@
  * (OP_Column) refuses. */
 #include <string.h>
 
-#include "page_cells.h"
 #include "page_payload.h"
 #include "page_sound.h"
+
+#define PREFETCH 8u
 
 /* Mark [at, last] as used; 0 when a cell or freeblock starts there already. */
 static int mark(capsem_sound_scratch *s, uint32_t at, uint32_t last) {
@@ -85,33 +86,55 @@ int capsem_page_sound(uint32_t page_size, uint32_t usable, const uint8_t *page, 
      * page, each table leaf's record readable (checkTreePage, OP_Column). */
     const uint8_t *ptr = page + hdr + (leaf ? 8 : 12);
     const uint8_t *page_end = page + page_size;
+    int spills = 0;
+    uint32_t min_local = (usable - 12) * 32 / 255 - 23;
+    uint32_t max_local = type == 0x0D ? usable - 35 : (usable - 12) * 64 / 255 - 23;
+    /* Each cell's first bytes are a miss in the CPU's caches (cells lie in key order, not in
+     * address order): the ones a few cells ahead are asked for while this one is read. */
+    for (uint32_t i = 0; i < ncell && i < PREFETCH; i++) __builtin_prefetch(page + get2(ptr + 2 * i));
     for (uint32_t i = 0; i < ncell; i++) {
+        if (i + PREFETCH < ncell) __builtin_prefetch(page + get2(ptr + 2 * (i + PREFETCH)));
         pc = get2(ptr + 2 * i);
         if (pc < content || pc > usable - 4) return 0;
-        capsem_cell c;
-        if (capsem_parse_cell(page_size, usable, type, page, pc, &c) != 0) return 0;
-        if ((uint64_t)pc + c.size > usable) return 0;
-        if (!mark(s, pc, pc + c.size - 1)) return 0;
+        /* The cell as SQLite parses it (btreeParseCellPtr*): a payload size SQLite would read
+         * as another number in 32 bits is refused, as is one past SQLITE_MAX_LENGTH. */
+        const uint8_t *q = page + pc;
+        uint64_t payload = 0, key = 0;
+        unsigned n;
+        if (type == 0x05) {
+            q += 4;
+        } else {
+            q += type == 0x02 ? 4 : 0;
+            n = varint(q, page_end, &payload);
+            if (!n || payload > CAPSEM_SOUND_MAX_PAYLOAD) return 0;
+            q += n;
+        }
+        if (table) {
+            n = varint(q, page_end, &key);
+            if (!n) return 0;
+            q += n;
+        }
+        uint32_t head = (uint32_t)(q - (page + pc)), local, size;
+        if (type == 0x05) {
+            local = 0;
+            size = head;
+        } else if (payload <= max_local) {
+            local = (uint32_t)payload;
+            size = head + local < 4 ? 4 : head + local;
+        } else {
+            uint32_t surplus = min_local + (uint32_t)((payload - min_local) % (usable - 4));
+            local = surplus <= max_local ? surplus : min_local;
+            size = head + local + 4;
+        }
+        if ((uint64_t)pc + size > usable) return 0;
+        spills |= payload > local;
+        if (!mark(s, pc, pc + size - 1)) return 0;
         f->rows++;
         if (!table) continue;
-        const uint8_t *q = page + pc;
-        uint64_t key, payload = 0;
-        unsigned n;
-        if (leaf) {
-            n = varint(q, page_end, &payload);
-            /* SQLite keeps a payload size in 32 bits: a larger varint reads as another size. */
-            if (!n || payload != c.payload || c.payload > CAPSEM_SOUND_MAX_PAYLOAD) return 0;
-            q += n;
-        } else {
-            q += 4;
-        }
-        n = varint(q, page_end, &key);
-        if (!n) return 0;
-        q += n;
         if (i > 0 && (int64_t)key <= f->hi) return 0;
         if (i == 0) f->lo = (int64_t)key;
         f->hi = (int64_t)key;
-        if (leaf && !record_sound(q, c.local, c.payload, f, i == 0)) return 0;
+        if (leaf && !record_sound(q, local, (uint32_t)payload, f, i == 0)) return 0;
     }
 
     /* Every byte of the content area used once, by a cell or a freeblock, and the rest counted
@@ -128,7 +151,8 @@ int capsem_page_sound(uint32_t page_size, uint32_t usable, const uint8_t *page, 
         }
     }
     frags += usable - prev - 1;
-    return frags == frag;
+    if (frags != frag) return 0;
+    return spills ? CAPSEM_SOUND_SPILLS : CAPSEM_SOUND_OK;
 }
 
 int64_t capsem_interior_key(const uint8_t *page, uint32_t hdr, uint32_t i) {

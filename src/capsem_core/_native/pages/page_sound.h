@@ -40,8 +40,11 @@ typedef struct {
     uint16_t end_at[65536];
 } capsem_sound_scratch;
 
-/* 1 when the b-tree page (`type` 0x02, 0x05, 0x0A or 0x0D; its header at `hdr`; `ncell` at most
- * (page_size - 8) / 6) passes (facts set), else 0. */
+#define CAPSEM_SOUND_OK 1     /* passed; no cell's payload spills into an overflow chain */
+#define CAPSEM_SOUND_SPILLS 2 /* passed; some cell's payload spills */
+
+/* CAPSEM_SOUND_OK or _SPILLS when the b-tree page (`type` 0x02, 0x05, 0x0A or 0x0D; its header
+ * at `hdr`; `ncell` at most (page_size - 8) / 6) passes (facts set), else 0. */
 int capsem_page_sound(uint32_t page_size, uint32_t usable, const uint8_t *page, uint32_t hdr, uint8_t type,
                       uint32_t ncell, capsem_sound_scratch *s, capsem_page_facts *f);
 

@@ -44,7 +44,7 @@ void capsem_summary_free(capsem_page_summary *s) {
 /* The entries of b-tree page `page` (of `type`, `ncell` cells) from entry[n] on: the new end,
  * or READ_IT when the walk is to read the page itself (damage it words, or no room). */
 static size_t summarise_btree(const capsem_page_header *h, const uint8_t *page, uint32_t hdr, uint8_t type,
-                              uint32_t ncell, uint64_t *starts, uint32_t *entry, size_t n, size_t cap) {
+                              uint32_t ncell, int sound, uint64_t *starts, uint32_t *entry, size_t n, size_t cap) {
     uint32_t pc, head, want;
     int bad;
     if (!(type & 0x08)) {
@@ -56,7 +56,10 @@ static size_t summarise_btree(const capsem_page_header *h, const uint8_t *page, 
             entry[n++] = child;
         }
     }
-    if (type == 0x05 || capsem_cells_cannot_spill(h->usable, page, hdr, type, ncell, starts)) return n;
+    /* A page that passed its own tests says whether a cell spills; else the cell pointers do. */
+    if (type == 0x05 || sound == CAPSEM_SOUND_OK ||
+        (sound != CAPSEM_SOUND_SPILLS && capsem_cells_cannot_spill(h->usable, page, hdr, type, ncell, starts)))
+        return n;
     for (uint32_t i = 0; i < ncell; i++) {
         int r = capsem_cell_chain(h->page_size, h->usable, page, hdr, type, i, &pc, &head, &want);
         if (r < 0 || (r > 0 && cap - n < 2)) return READ_IT;
@@ -118,12 +121,15 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
             continue;
         }
         uint32_t ncell = get2(page + hdr + 3);
-        size_t end = ncell > max_cells ? READ_IT : summarise_btree(h, page, hdr, type, ncell, starts, s->entry, n, s->cap);
+        int sound = 0;
+        if (ncell <= max_cells && scr) sound = capsem_page_sound(h->page_size, h->usable, page, hdr, type, ncell, scr,
+                                                                 &s->facts[p]);
+        size_t end = ncell > max_cells ? READ_IT
+                                       : summarise_btree(h, page, hdr, type, ncell, sound, starts, s->entry, n, s->cap);
         if (end != READ_IT) {
             s->kind[p] = type;
             n = end;
-            if (scr) s->sound[p] = (uint8_t)capsem_page_sound(h->page_size, h->usable, page, hdr, type, ncell, scr,
-                                                              &s->facts[p]);
+            if (scr) s->sound[p] = sound != 0;
         } else {
             s->kind[p] = CAPSEM_SUMMARY_READ;
         }
