@@ -214,7 +214,7 @@ class _Check:
                                                                       checks["previews"]), needs=("tables",)),
             Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
             Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
-            *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index", "page_map"), pool=True,
+            *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index"), pool=True,
                     cost=_AHEAD, transient=True, release=self._release_graph)] if scanning else []),
             *parts,
         ]
@@ -250,10 +250,10 @@ class _Check:
             return None
         return verify_bodies(self.snapshot, result, self.progress, self.options)
 
-    def _scan_graph(self, conn: sqlite3.Connection, _schema: None, _index: BodyIndex | None,
-                    _walk: _pages.Walk) -> Graph | None:
-        """The identity graph's columns from the pages (after the page map: its pages are then
-        mapped; after the body index's pass: its codes are the graph's meanwhile)."""
+    def _scan_graph(self, conn: sqlite3.Connection, _schema: None, _index: BodyIndex | None) -> Graph | None:
+        """The identity graph's columns from the pages, after the body index's pass (its codes
+        are the graph's meanwhile), beside the page map: with the per-table checks proved there,
+        the page map alone would otherwise keep a core busy while the others wait."""
         assert self.snapshot.pages is not None and self.graph is not None
         return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
 
