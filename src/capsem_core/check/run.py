@@ -164,9 +164,7 @@ class _Check:
         # page); the others, and sqlite_schema, are checked by SQLite, after it.
         steps = [Step("page_map", lambda conn: page_check.walk(pages, schema_), pool=True, cost=_AHEAD, verdict=True)]
         for table, cost in page_check.jobs(pages, schema_):
-            if table is None:
-                continue
-            if any(rule is not None for t, rule in zip(schema_.table_of, schema_.rules) if t == table):
+            if page_check.provable(schema_, table):
                 steps.append(Step(f"quick_check:{table}", lambda conn, walk, t=table: self._table_lines(conn, walk, t),
                                   needs=("page_map",), pool=True, cost=cost, verdict=True))
             else:
