@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/sendfile.h>
+#endif
 
 #include "archive_ahead.h"
 
@@ -22,7 +25,34 @@ struct capsem_ahead {
     uint64_t limit, done, passed;
     ahead_file files[CAPSEM_AHEAD_MAX_FILES];
     unsigned nfiles, next; /* files handed over; the next one the thread takes */
+    int sink;              /* /dev/null, written to by sendfile(2); -1: chunks are asked for by advice */
 };
+
+/* Read [off, off + len) of fd into the page cache by sendfile(2) into the sink: a read fills
+ * the page cache with large folios, which a reader's map fault maps whole, where WILLNEED
+ * fills it a page at a time (a million-body check from a cold cache: 2.13 s against 2.41 s,
+ * 3.1 s of CPU against 3.8 s, medians of six paired rounds). The kernel's own read-ahead keeps
+ * the disk busy ahead of the call; nothing is copied to the process. 0 when the range went
+ * through (or the file ended before it), -1 when sendfile cannot read this file. */
+static int read_through(int sink, int fd, uint64_t off, uint64_t len) {
+#if defined(__linux__)
+    off_t at = (off_t)off;
+    while (len) {
+        ssize_t n = sendfile(sink, fd, &at, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) return 0; /* the file is shorter than it was: nothing more to read */
+        len -= (uint64_t)n;
+    }
+    return 0;
+#else
+    (void)sink;
+    (void)fd;
+    (void)off;
+    (void)len;
+    return -1;
+#endif
+}
 
 /* Ask for [off, off + len) of fd. */
 static void ask(int fd, uint64_t off, uint64_t len) {
@@ -87,6 +117,7 @@ static void *run(void *arg) {
         uint64_t flight[CAPSEM_AHEAD_DEPTH];
         unsigned head = 0, count = 0;
         int probing = 1; /* until the first chunk found missing: from there on, a cold file */
+        int reading = a->sink >= 0; /* by sendfile, until it fails on this file */
         for (uint64_t off = 0; off < f.size && !stopping(a); off += CAPSEM_AHEAD_CHUNK) {
             uint64_t len = f.size - off < CAPSEM_AHEAD_CHUNK ? f.size - off : CAPSEM_AHEAD_CHUNK;
             int there = probing && cached(f.fd, off, len); /* then neither asked for nor counted */
@@ -100,6 +131,8 @@ static void *run(void *arg) {
             pthread_mutex_unlock(&a->lock);
             if (over) break;
             if (there) continue;
+            if (reading && read_through(a->sink, f.fd, off, len) == 0) continue;
+            reading = 0;
             if (count == CAPSEM_AHEAD_DEPTH) { /* the oldest chunk in flight read before another is asked */
                 uint64_t oldest = flight[head];
                 wait_for(f.fd, oldest, f.size - oldest < CAPSEM_AHEAD_CHUNK ? f.size - oldest : CAPSEM_AHEAD_CHUNK);
@@ -119,6 +152,11 @@ capsem_ahead *capsem_ahead_new(uint64_t limit) {
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
     a->limit = limit;
+#if defined(__linux__)
+    a->sink = open("/dev/null", O_WRONLY | O_CLOEXEC);
+#else
+    a->sink = -1;
+#endif
     return a;
 }
 
@@ -173,6 +211,7 @@ void capsem_ahead_free(capsem_ahead *a) {
     pthread_mutex_unlock(&a->lock);
     if (a->started) pthread_join(a->thread, NULL);
     for (unsigned i = 0; i < a->nfiles; i++) close(a->files[i].fd);
+    if (a->sink >= 0) close(a->sink);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);

@@ -1,14 +1,16 @@
 /* Read-ahead of a ledger's files ahead of its readers, for a check from a cold page cache.
  *
- * A check reads session.db by tree order (SQLite's quick_check per table, the page scans)
- * and session.bodies block by block, all at the speed of the page faults or read(2) calls
- * that find a page missing: from a dropped cache the readers wait on the disk one request at
- * a time while the disk could stream the files. One thread here streams them instead, in
- * file order, a file after the other, as they are handed to it: posix_fadvise(WILLNEED) a
- * chunk at a time (the kernel reads it asynchronously, nothing is copied to the process),
- * keeping at most CAPSEM_AHEAD_DEPTH chunks in flight (it waits for the oldest by reading
- * one byte of its last page), and stopping after `limit` bytes (the page cache it fills is
- * the system's to reclaim; the caller bounds it by the memory the system has available).
+ * A check reads session.db by tree order (the page scans, SQLite's checks of the tables the
+ * page map does not prove) and session.bodies block by block, all at the speed of the page
+ * faults or read(2) calls that find a page missing: from a dropped cache the readers wait on
+ * the disk one request at a time while the disk could stream the files. One thread here streams them instead, in
+ * file order, a file after the other, as they are handed to it, a chunk at a time: on Linux
+ * read by sendfile(2) into /dev/null (the kernel's own read-ahead keeps the disk busy, nothing
+ * is copied to the process, and the page cache gets the large folios a read leaves), else,
+ * or where sendfile fails on the file, posix_fadvise(WILLNEED) with at most
+ * CAPSEM_AHEAD_DEPTH chunks in flight (it waits for the oldest by reading one byte of its
+ * last page). It stops after `limit` bytes (the page cache it fills is the system's to
+ * reclaim; the caller bounds it by the memory the system has available).
  * A chunk found in the page cache already (sampled, see archive_ahead.c) is passed over,
  * neither asked for nor counted against the limit. Nothing read here changes what a reader
  * reads.
@@ -41,7 +43,8 @@ uint64_t capsem_ahead_done(capsem_ahead *a);
 /* Bytes gone through so far, asked for or found cached (for tests and tuning). */
 uint64_t capsem_ahead_passed(capsem_ahead *a);
 
-/* Stop (the chunk in flight ends first), join the thread, close the duplicates, free. */
+/* Stop (the chunk in flight ends first), join the thread, close the duplicates and the
+ * sink, free. */
 void capsem_ahead_free(capsem_ahead *a);
 
 #endif
