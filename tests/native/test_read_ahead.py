@@ -1,7 +1,7 @@
 """_archive.ReadAhead (archive_ahead.c): a file handed to it ends up in the page cache, read in
 file order from a descriptor the caller keeps (duplicated, never opened again), at most its
 limit, passing over what the page cache holds already, and closing it stops and joins its
-thread. The page cache is observed with mincore(2) on a map of the file, after the file's
+thread; the same whether it reads by sendfile or by advice alone (``advice``, its fallback). The page cache is observed with mincore(2) on a map of the file, after the file's
 clean pages were dropped with POSIX_FADV_DONTNEED; waits are for a state, with a generous
 deadline, never for a time."""
 
@@ -46,6 +46,12 @@ def _dropped(path: Path) -> None:
         os.close(fd)
 
 
+@pytest.fixture(params=[False, True], ids=["sendfile", "advice"])
+def advice(request: pytest.FixtureRequest) -> bool:
+    """Whether the read-ahead under test reads by WILLNEED advice alone."""
+    return bool(request.param)
+
+
 @pytest.fixture
 def cold(tmp_path: Path) -> Path:
     path = tmp_path / "session.bodies"
@@ -66,8 +72,8 @@ def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
         time.sleep(0.01)
 
 
-def test_a_file_handed_to_a_read_ahead_ends_up_in_the_page_cache(cold: Path) -> None:
-    ahead = _archive.ReadAhead(1 << 40)
+def test_a_file_handed_to_a_read_ahead_ends_up_in_the_page_cache(cold: Path, advice: bool) -> None:
+    ahead = _archive.ReadAhead(1 << 40, advice_only=advice)
     fd = os.open(cold, os.O_RDONLY)
     try:
         ahead.add(fd, SIZE)
@@ -77,9 +83,9 @@ def test_a_file_handed_to_a_read_ahead_ends_up_in_the_page_cache(cold: Path) -> 
         os.close(fd)
 
 
-def test_a_read_ahead_asks_for_no_more_than_its_limit(cold: Path) -> None:
+def test_a_read_ahead_asks_for_no_more_than_its_limit(cold: Path, advice: bool) -> None:
     limit = _archive.READ_AHEAD_CHUNK
-    ahead = _archive.ReadAhead(limit)
+    ahead = _archive.ReadAhead(limit, advice_only=advice)
     fd = os.open(cold, os.O_RDONLY)
     try:
         ahead.add(fd, SIZE)
@@ -93,9 +99,9 @@ def test_a_read_ahead_asks_for_no_more_than_its_limit(cold: Path) -> None:
     assert _resident(cold) < 0.5
 
 
-def test_a_read_ahead_keeps_its_own_descriptor_and_closes_it(cold: Path) -> None:
+def test_a_read_ahead_keeps_its_own_descriptor_and_closes_it(cold: Path, advice: bool) -> None:
     before = set(os.listdir("/proc/self/fd"))
-    ahead = _archive.ReadAhead(1 << 40)
+    ahead = _archive.ReadAhead(1 << 40, advice_only=advice)
     fd = os.open(cold, os.O_RDONLY)
     ahead.add(fd, SIZE)
     os.close(fd)   # the caller's own: the read-ahead reads through its duplicate
@@ -120,10 +126,10 @@ def _read(path: Path, start: int, length: int) -> None:
         os.close(fd)
 
 
-def _asked_through(path: Path, limit: int, why: str) -> int:
+def _asked_through(path: Path, limit: int, why: str, advice: bool) -> int:
     """Hand the whole file to a read-ahead of ``limit`` bytes, wait until it has gone through
     it and the file is all in the page cache, and say how many bytes it asked for."""
-    ahead = _archive.ReadAhead(limit)
+    ahead = _archive.ReadAhead(limit, advice_only=advice)
     fd = os.open(path, os.O_RDONLY)
     try:
         ahead.add(fd, SIZE)
@@ -141,32 +147,45 @@ def _cached(path: Path, start: int, length: int) -> None:
         pytest.skip("the page cache here holds more or less than what was read")
 
 
-def test_a_file_already_in_the_page_cache_is_passed_over_not_asked_for(cold: Path) -> None:
+def test_a_file_already_in_the_page_cache_is_passed_over_not_asked_for(cold: Path, advice: bool) -> None:
     _cached(cold, 0, SIZE)
-    assert _asked_through(cold, 1 << 40, "the read-ahead never went through the file") == 0
+    assert _asked_through(cold, 1 << 40, "the read-ahead never went through the file", advice) == 0
 
 
-def test_cached_chunks_are_passed_over_even_beyond_the_limit(cold: Path) -> None:
+def test_cached_chunks_are_passed_over_even_beyond_the_limit(cold: Path, advice: bool) -> None:
     _cached(cold, 0, SIZE)
     # Room for no chunk at all, and none needs asking for.
-    assert _asked_through(cold, 1, "the read-ahead stopped at its limit on cached chunks") == 0
+    assert _asked_through(cold, 1, "the read-ahead stopped at its limit on cached chunks", advice) == 0
 
 
-def test_only_the_chunks_missing_from_the_page_cache_are_asked_for(cold: Path) -> None:
+def test_only_the_chunks_missing_from_the_page_cache_are_asked_for(cold: Path, advice: bool) -> None:
     chunk = _archive.READ_AHEAD_CHUNK
     _cached(cold, 0, 2 * chunk)   # the first two chunks cached, the rest not
     # A limit of the missing chunks alone: cached ones count nothing against it.
-    assert _asked_through(cold, SIZE - 2 * chunk, "the missing chunks never came in") == SIZE - 2 * chunk
+    assert _asked_through(cold, SIZE - 2 * chunk, "the missing chunks never came in", advice) == SIZE - 2 * chunk
 
 
-def test_from_the_first_missing_chunk_on_the_file_is_streamed_as_a_cold_one(cold: Path) -> None:
+def test_from_the_first_missing_chunk_on_the_file_is_streamed_as_a_cold_one(cold: Path, advice: bool) -> None:
     chunk = _archive.READ_AHEAD_CHUNK
     _cached(cold, chunk, SIZE - chunk)   # everything but the first chunk cached
-    assert _asked_through(cold, 1 << 40, "the first chunk never came in") == SIZE
+    assert _asked_through(cold, 1 << 40, "the first chunk never came in", advice) == SIZE
 
 
-def test_a_closed_descriptor_or_a_closed_read_ahead_is_refused(cold: Path) -> None:
-    ahead = _archive.ReadAhead(1 << 40)
+def test_a_file_shorter_than_its_size_said_is_read_to_its_end_and_passed(cold: Path, advice: bool) -> None:
+    # A ledger cut short between the size's reading and the stream: the end of the file ends
+    # each chunk's read, nothing waits on bytes that are not there.
+    ahead = _archive.ReadAhead(1 << 40, advice_only=advice)
+    fd = os.open(cold, os.O_RDONLY)
+    try:
+        ahead.add(fd, 2 * SIZE)
+        _until(lambda: ahead.passed == 2 * SIZE and _resident(cold) == 1.0, "the read-ahead stalled past the end")
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_a_closed_descriptor_or_a_closed_read_ahead_is_refused(cold: Path, advice: bool) -> None:
+    ahead = _archive.ReadAhead(1 << 40, advice_only=advice)
     fd = os.open(cold, os.O_RDONLY)
     os.close(fd)
     with pytest.raises(OSError):

@@ -146,16 +146,17 @@ static void *run(void *arg) {
     }
 }
 
-capsem_ahead *capsem_ahead_new(uint64_t limit) {
+capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only) {
     capsem_ahead *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
     a->limit = limit;
-#if defined(__linux__)
-    a->sink = open("/dev/null", O_WRONLY | O_CLOEXEC);
-#else
     a->sink = -1;
+#if defined(__linux__)
+    if (!advice_only) a->sink = open("/dev/null", O_WRONLY | O_CLOEXEC);
+#else
+    (void)advice_only;
 #endif
     return a;
 }

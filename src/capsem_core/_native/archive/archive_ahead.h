@@ -30,8 +30,9 @@
 
 typedef struct capsem_ahead capsem_ahead;
 
-/* A read-ahead of at most `limit` bytes in all; NULL when memory ran out. */
-capsem_ahead *capsem_ahead_new(uint64_t limit);
+/* A read-ahead of at most `limit` bytes in all, reading by advice alone when `advice_only`
+ * (as where sendfile cannot read a file; for tests); NULL when memory ran out. */
+capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only);
 
 /* Read [0, size) of the file open at `fd` once the files handed before are done (the thread
  * starts with the first). 0, or an errno (EMFILE past CAPSEM_AHEAD_MAX_FILES). */

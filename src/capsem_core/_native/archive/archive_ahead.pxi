@@ -5,7 +5,7 @@ cdef extern from "archive_ahead.h" nogil:
     unsigned CAPSEM_AHEAD_CHUNK
     ctypedef struct capsem_ahead:
         pass
-    capsem_ahead *capsem_ahead_new(uint64_t limit)
+    capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only)
     int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size)
     uint64_t capsem_ahead_done(capsem_ahead *a)
     uint64_t capsem_ahead_passed(capsem_ahead *a)
@@ -16,16 +16,17 @@ READ_AHEAD_CHUNK = CAPSEM_AHEAD_CHUNK
 
 cdef class ReadAhead:
     """One thread reading files into the page cache ahead of their readers, in file order,
-    one file after another as they are added, at most ``limit`` bytes in all (the kernel
-    reads each chunk asynchronously; nothing is copied into the process). ``add(fd, size)``
+    one file after another as they are added, at most ``limit`` bytes in all (on Linux by
+    sendfile into /dev/null, else, or with ``advice_only``, by WILLNEED advice; nothing is
+    copied into the process). ``add(fd, size)``
     takes a descriptor the caller keeps open (a PageFile's or an ArchiveReader's fileno()):
     it is duplicated, not opened again. ``close()`` stops the thread and joins it (within one
     chunk's read); also on garbage collection."""
 
     cdef capsem_ahead *a
 
-    def __cinit__(self, uint64_t limit):
-        self.a = capsem_ahead_new(limit)
+    def __cinit__(self, uint64_t limit, bint advice_only=False):
+        self.a = capsem_ahead_new(limit, advice_only)
         if self.a == NULL:
             raise MemoryError()
 
