@@ -97,7 +97,6 @@ class Schema(NamedTuple):
     rules: tuple[Rule | None, ...] = ()  # per root
 
 
-
 def read_schema(conn: sqlite3.Connection) -> Schema:
     """sqlite_schema as the page check reads it; raises sqlite3.DatabaseError (or
     UnicodeDecodeError) when it cannot be read: ``damage_lines`` says whether that is damage."""
