@@ -418,8 +418,7 @@ cdef class PageFile:
         (fields, not_null, null, no_number, no_text): 0 fields for an index tree, else a rowid
         table's record field count and the bit masks (field i: bit i, i < 64) of the fields
         every record holds a value in, is NULL in, holds no number in and no text in;
-        ``Walk.sound`` says which trees passed. ``cancel()``
-        from another thread stops it."""
+        ``Walk.sound`` says which trees passed. ``cancel()`` from another thread stops it."""
         if self.walking:
             raise RuntimeError("a walk of this file is already running")
         cdef size_t n = 0
@@ -429,42 +428,36 @@ cdef class PageFile:
             if len(rules) != len(roots):
                 raise ValueError("one rule per root")
         cdef uint32_t *r = _roots_array(roots, &n)
-        cdef uint64_t *pages = <uint64_t *>malloc((n if n else 1) * sizeof(uint64_t))
-        cdef capsem_page_walk *w = <capsem_page_walk *>malloc(sizeof(capsem_page_walk))
+        cdef uint64_t *pages = NULL
+        cdef capsem_page_walk *w = NULL
         cdef capsem_tree_rule *judged = NULL
         cdef uint8_t *sound = NULL
         cdef int rc
-        if rules is not None:
-            judged = <capsem_tree_rule *>calloc(n if n else 1, sizeof(capsem_tree_rule))
-            sound = <uint8_t *>calloc(n if n else 1, 1)
-        if pages == NULL or w == NULL or (rules is not None and (judged == NULL or sound == NULL)):
-            free(r)
-            free(pages)
-            free(w)
-            free(judged)
-            free(sound)
-            raise MemoryError()
-        if rules is not None:
-            try:
+        try:
+            pages = <uint64_t *>malloc((n if n else 1) * sizeof(uint64_t))
+            w = <capsem_page_walk *>malloc(sizeof(capsem_page_walk))
+            if rules is not None:
+                judged = <capsem_tree_rule *>calloc(n if n else 1, sizeof(capsem_tree_rule))
+                sound = <uint8_t *>calloc(n if n else 1, 1)
+                if judged == NULL or sound == NULL:
+                    raise MemoryError()
                 for i in range(<Py_ssize_t>n):
                     if rules[i] is None:
                         judged[i].fields = 0xFFFFFFFF   # a table of no rule: never sound, nor an index
                     else:
                         (judged[i].fields, judged[i].not_null, judged[i].null, judged[i].no_number,
                          judged[i].no_text) = rules[i]
-            except BaseException:
-                free(r)
-                free(pages)
-                free(w)
-                free(judged)
-                free(sound)
-                raise
-        self.busy += 1
-        self.walking = 1
-        try:
-            with nogil:
-                rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, self.window,
-                                          judged, sound, w)
+            if pages == NULL or w == NULL:
+                raise MemoryError()
+            self.busy += 1
+            self.walking = 1
+            try:
+                with nogil:
+                    rc = capsem_page_walk_run(self.f.map, self.f.size, r, n, pages, &self.cancel_flag, self.window,
+                                              judged, sound, w)
+            finally:
+                self.busy -= 1
+                self.walking = 0
             if rc < 0:
                 raise MemoryError()
             return Walk([_finding(&w.findings[i]) for i in range(w.nfindings)], w.findings_total,
@@ -472,8 +465,6 @@ cdef class PageFile:
                         w.freelist_pages, w.ptrmap_pages, rc == 1,
                         [sound != NULL and rc == 0 and sound[i] != 0 for i in range(n)])
         finally:
-            self.busy -= 1
-            self.walking = 0
             free(r)
             free(pages)
             free(w)

@@ -456,7 +456,10 @@ static void walk_all(walker *k) {
     if (h->lock_page <= h->page_count) k->owner[h->lock_page] = OWNER_LOCK;
     /* Every page read once, in file order, before the trees are followed on the summaries
      * (page_summary.h); without memory for them the walk reads each page as it goes. */
-    if (capsem_summary_build(&k->sum, k->map, k->size, h, &k->win, k->cancel, k->starts, k->scratch) == 1) {
+    /* The pages' own tests only where some tree is judged (page_map.h: none of an auto-vacuum
+     * file's). */
+    int tests = k->rules != NULL && !k->autovacuum;
+    if (capsem_summary_build(&k->sum, k->map, k->size, h, &k->win, k->cancel, k->starts, k->scratch, tests) == 1) {
         k->stopped = 1;
         return;
     }

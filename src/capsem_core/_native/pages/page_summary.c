@@ -72,7 +72,8 @@ static size_t summarise_btree(const capsem_page_header *h, const uint8_t *page, 
 }
 
 int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t size, const capsem_page_header *h,
-                         capsem_page_window *win, volatile const int *cancel, uint64_t *starts, uint8_t *scratch) {
+                         capsem_page_window *win, volatile const int *cancel, uint64_t *starts, uint8_t *scratch,
+                         int tests) {
     memset(s, 0, sizeof *s);
     uint64_t count = h->page_count;
     /* Two entries a page: a file's children and chain heads are fewer (each page is the child
@@ -89,8 +90,10 @@ int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t si
         return -1;
     }
     /* Without memory for the pages' own tests the summary still serves the walk. */
-    s->sound = capsem_big_alloc((size_t)(count + 1));
-    s->facts = capsem_big_alloc((size_t)(count + 1) * sizeof *s->facts);
+    if (tests) {
+        s->sound = capsem_big_alloc((size_t)(count + 1));
+        s->facts = capsem_big_alloc((size_t)(count + 1) * sizeof *s->facts);
+    }
     capsem_sound_scratch *scr = s->sound && s->facts ? malloc(sizeof *scr) : NULL;
     s->scratch = scr;
     if (!scr) {

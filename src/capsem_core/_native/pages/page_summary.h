@@ -38,8 +38,8 @@ typedef struct {
     uint32_t *entry;
     size_t cap;       /* entries allocated (the budget) */
     /* Each b-tree page's own tests (page_sound.h), for the tests between pages: sound[p] 1 when
-     * page p passed them, facts[p] what they found. NULL when there was no memory for them (no
-     * tree is then found sound). */
+     * page p passed them, facts[p] what they found. NULL when they were not asked for or there
+     * was no memory for them (no tree is then found sound). */
     uint8_t *sound;             /* [page_count + 1] */
     capsem_page_facts *facts;   /* [page_count + 1] */
     capsem_sound_scratch *scratch; /* while the summary is built (freed with it after a SIGBUS) */
@@ -48,10 +48,12 @@ typedef struct {
 /* Summarise pages 1..h->page_count of the map [map, map + size) (every page within the file,
  * the header having parsed; the last may end past it: `scratch`, one page, holds its bytes),
  * noting each read in `win` (may be NULL); `starts` is a cell-start bitmap of usable / 64
- * words. Returns 0, 1 when `cancel` stopped it, -1 when memory ran out (the walk then reads
- * every page itself). */
+ * words. `tests`: hold each b-tree page to its own tests too (`sound`, `facts`), for a walk
+ * that judges trees. Returns 0, 1 when `cancel` stopped it, -1 when memory ran out (the walk
+ * then reads every page itself). */
 int capsem_summary_build(capsem_page_summary *s, const uint8_t *map, uint64_t size, const capsem_page_header *h,
-                         capsem_page_window *win, volatile const int *cancel, uint64_t *starts, uint8_t *scratch);
+                         capsem_page_window *win, volatile const int *cancel, uint64_t *starts, uint8_t *scratch,
+                         int tests);
 
 void capsem_summary_free(capsem_page_summary *s);
 
