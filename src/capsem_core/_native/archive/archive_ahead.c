@@ -30,8 +30,8 @@ struct capsem_ahead {
 
 /* Read [off, off + len) of fd into the page cache by sendfile(2) into the sink: a read fills
  * the page cache with large folios, which a reader's map fault maps whole, where WILLNEED
- * fills it a page at a time (a million-body check from a cold cache: 2.13 s against 2.41 s,
- * 3.1 s of CPU against 3.8 s, medians of six paired rounds). The kernel's own read-ahead keeps
+ * fills it a page at a time (a million-body check from a cold cache: 2.00 s against 2.30 s,
+ * 2.9 s of CPU against 3.8 s, medians of six paired rounds). The kernel's own read-ahead keeps
  * the disk busy ahead of the call; nothing is copied to the process. 0 when the range went
  * through (or the file ended before it), -1 when sendfile cannot read this file. */
 static int read_through(int sink, int fd, uint64_t off, uint64_t len) {
