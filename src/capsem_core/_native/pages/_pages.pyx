@@ -422,7 +422,7 @@ cdef class PageFile:
         if self.walking:
             raise RuntimeError("a walk of this file is already running")
         cdef size_t n = 0
-        cdef Py_ssize_t i
+        cdef size_t i
         if rules is not None:
             rules = list(rules)
             if len(rules) != len(roots):
@@ -441,7 +441,7 @@ cdef class PageFile:
                 sound = <uint8_t *>calloc(n if n else 1, 1)
                 if judged == NULL or sound == NULL:
                     raise MemoryError()
-                for i in range(<Py_ssize_t>n):
+                for i in range(n):
                     if rules[i] is None:
                         judged[i].fields = 0xFFFFFFFF   # a table of no rule: never sound, nor an index
                     else:

@@ -147,7 +147,8 @@ void capsem_page_estimate(const uint8_t *map, uint64_t size, const capsem_page_h
                           size_t nroots, uint64_t window, uint64_t *out) {
     memset(out, 0, nroots * sizeof *out);
     uint8_t *scratch = malloc(h->page_size);
-    uint32_t *at = malloc((nroots ? nroots : 1) * sizeof *at);
+    /* volatile: read after the longjmp below, so not to be kept in a register across it. */
+    uint32_t *volatile at = malloc((nroots ? nroots : 1) * sizeof *at);
     uint64_t *level = malloc((nroots ? nroots : 1) * sizeof *level);
     /* A path here and there through every tree: its pages go through a window like every other
      * reader's, dropped at the end (on the heap: still readable after a longjmp). */
