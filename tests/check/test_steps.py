@@ -2,7 +2,8 @@
 done and gets those results; the caller's steps run on its thread with its connection in the
 declared order as far as their needs allow; pool steps run on the workers, costliest first,
 or on the caller when it waits on one no worker has taken; a failure stops everything but
-the verdict steps; an interrupt stops and joins everything. Every wait here is on an event
+the verdict steps; an interrupt, raised on the caller's thread or in a step on a worker, stops
+and joins everything. Every wait here is on an event
 the steps themselves set: nothing depends on how fast a thread runs."""
 
 from __future__ import annotations
@@ -153,6 +154,30 @@ def test_an_interrupt_stops_what_runs_joins_the_workers_and_is_raised() -> None:
     before = threading.active_count()
     with pytest.raises(KeyboardInterrupt):
         scheduler(steps, workers=1, interrupt=stopped.set).run()
+    assert stopped.is_set() and threading.active_count() == before
+
+
+def test_an_interrupt_raised_in_a_step_on_a_worker_is_raised_by_the_run_not_lost() -> None:
+    waiting = threading.Event()
+    stopped = threading.Event()
+
+    def own(conn: Conn) -> None:
+        waiting.set()
+
+    def ctrl_c(conn: Conn) -> None:
+        assert waiting.wait(BOUND)
+        raise KeyboardInterrupt
+
+    def long(conn: Conn) -> None:
+        assert stopped.wait(BOUND)   # ends once interrupt() is called
+
+    # The caller's own step waits on a pool step that never settles unless the run is torn
+    # down: the worker's interrupt must reach the caller rather than leave it waiting.
+    steps = [Step("own", own), Step("ctrl_c", ctrl_c, pool=True, cost=2.0),
+             Step("long", long, pool=True, cost=1.0), Step("after", lambda c, _l: None, needs=("long",))]
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        scheduler(steps, workers=2, interrupt=stopped.set).run()
     assert stopped.is_set() and threading.active_count() == before
 
 

@@ -17,8 +17,8 @@ None for it.
 A step that raises ends the check's other work: nothing more is started but the ``verdict``
 steps (the page check, whose damage decides what the report says), which run to their end;
 a step whose need failed is not run. ``run`` returns every result and every failure by step
-name; it raises only what interrupts it (Ctrl-C), after stopping every step still running
-(``interrupt``) and joining the workers.
+name; it raises only what interrupts it (Ctrl-C, or an interrupt a step raised on a worker),
+after stopping every step still running (``interrupt``) and joining the workers.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class Scheduler:
         self._needed_by_step = {s.name: [t.name for t in steps if s.name in t.needs] for s in steps}
         self._released: set[str] = set()
         self._unreleased: list[Callable[[], None]] = []   # release hooks of steps settled unrun
+        self._escaped: BaseException | None = None   # an interrupt raised in a step on a worker
 
     # --- under the lock ------------------------------------------------------------------
 
@@ -135,17 +136,24 @@ class Scheduler:
             return False
         return True
 
-    def _execute(self, step: Step, conn: sqlite3.Connection) -> None:
-        """Run a claimed step outside the lock and settle it."""
+    def _execute(self, step: Step, conn: sqlite3.Connection, *, worker: bool = False) -> None:
+        """Run a claimed step outside the lock and settle it. An interrupt (a BaseException
+        that is not an Exception) raised in it goes up from the caller's thread; on a worker
+        it is settled as the step's failure and handed to the caller's thread to raise."""
         with self._cond:
             args = [self._done[n] for n in step.needs]
         try:
             value = step.run(conn, *args)
-        except Exception as exc:   # settled as its failure; the caller raises the first one
+        except BaseException as exc:   # settled as its failure; the caller raises the first one
+            interrupt = not isinstance(exc, Exception)
+            if interrupt and not worker:
+                raise
             with self._cond:
                 self._failed[step.name] = exc
-                if not step.verdict:
+                if not step.verdict or interrupt:
                     self._stopping = True
+                if interrupt and self._escaped is None:
+                    self._escaped = exc
                 releases = self._releasable(step)
                 self._cond.notify_all()
         else:
@@ -184,7 +192,7 @@ class Scheduler:
                     return
                 if not self._take(step):
                     continue
-            self._execute(step, conn)
+            self._execute(step, conn, worker=True)
 
     # --- the caller's side ---------------------------------------------------------------
 
@@ -218,6 +226,7 @@ class Scheduler:
         own = [s for s in self._steps if not s.pool]
         while own:
             with self._cond:
+                self._raise_escaped()
                 step = next((s for s in own if self._ready(s)), None)
                 if step is None:
                     step = self._best_pool(self._needed_by(own))
@@ -234,6 +243,7 @@ class Scheduler:
         """Once the caller's own steps are done: the pool steps left, until all are settled."""
         while True:
             with self._cond:
+                self._raise_escaped()
                 if all(self._settled(s.name) for s in self._steps):
                     return
                 step = self._best_pool() if not self._torn_down else None
@@ -243,6 +253,12 @@ class Scheduler:
                 if not self._take(step):
                     continue
             self._execute(step, self._conn)
+
+
+    def _raise_escaped(self) -> None:
+        """(Under the lock, on the caller's thread.) Raise an interrupt a worker's step raised."""
+        if self._escaped is not None:
+            raise self._escaped
 
 
 __all__ = ["NeedFailed", "Outcome", "Scheduler", "Step"]
