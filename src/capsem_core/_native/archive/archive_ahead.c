@@ -15,6 +15,7 @@
 typedef struct {
     int fd;
     uint64_t size;
+    capsem_stream_gate *gate; /* held; closed when the thread leaves the file */
 } ahead_file;
 
 struct capsem_ahead {
@@ -130,8 +131,10 @@ static void *run(void *arg) {
             }
             pthread_mutex_unlock(&a->lock);
             if (over) break;
-            if (there) continue;
-            if (reading && read_through(a->sink, f.fd, off, len) == 0) continue;
+            if (there || (reading && read_through(a->sink, f.fd, off, len) == 0)) {
+                if (f.gate) capsem_gate_advance(f.gate, off + len);
+                continue;
+            }
             reading = 0;
             if (count == CAPSEM_AHEAD_DEPTH) { /* the oldest chunk in flight read before another is asked */
                 uint64_t oldest = flight[head];
@@ -142,7 +145,11 @@ static void *run(void *arg) {
             ask(f.fd, off, len);
             flight[(head + count) % CAPSEM_AHEAD_DEPTH] = off;
             count++;
+            /* Asked for, not yet read: a reader past here waits on the disk's answer to the
+             * advice, not on a read of its own. */
+            if (f.gate) capsem_gate_advance(f.gate, off + len);
         }
+        if (f.gate) capsem_gate_close(f.gate);
     }
 }
 
@@ -161,9 +168,10 @@ capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only) {
     return a;
 }
 
-int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size) {
+int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size, capsem_stream_gate *gate) {
     pthread_mutex_lock(&a->lock);
     int err = 0;
+    int taken = 0;
 #if !defined(POSIX_FADV_WILLNEED)
     /* Nothing to ask the system for: a thread would only wait on reads for nothing. */
     (void)fd;
@@ -177,16 +185,20 @@ int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size) {
         if (copy < 0) {
             err = errno;
         } else {
-            a->files[a->nfiles++] = (ahead_file){copy, size};
+            if (gate) capsem_gate_hold(gate);
+            a->files[a->nfiles++] = (ahead_file){copy, size, gate};
+            taken = 1;
             if (!a->started) {
                 err = pthread_create(&a->thread, NULL, run, a);
                 a->started = err == 0;
+                taken = a->started; /* no thread: no file handed over will be read */
             }
             pthread_cond_broadcast(&a->cond);
         }
     }
 #endif
     pthread_mutex_unlock(&a->lock);
+    if (!taken && gate) capsem_gate_close(gate); /* never read here: nobody waits for it */
     return err;
 }
 
@@ -211,7 +223,13 @@ void capsem_ahead_free(capsem_ahead *a) {
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->lock);
     if (a->started) pthread_join(a->thread, NULL);
-    for (unsigned i = 0; i < a->nfiles; i++) close(a->files[i].fd);
+    for (unsigned i = 0; i < a->nfiles; i++) {
+        close(a->files[i].fd);
+        if (a->files[i].gate) {
+            capsem_gate_close(a->files[i].gate); /* the files the thread never reached */
+            capsem_gate_drop(a->files[i].gate);
+        }
+    }
     if (a->sink >= 0) close(a->sink);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);

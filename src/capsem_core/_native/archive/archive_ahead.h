@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "stream_gate.h"
+
 #define CAPSEM_AHEAD_CHUNK (4u << 20)
 #define CAPSEM_AHEAD_DEPTH 8u
 #define CAPSEM_AHEAD_MAX_FILES 8u
@@ -35,8 +37,10 @@ typedef struct capsem_ahead capsem_ahead;
 capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only);
 
 /* Read [0, size) of the file open at `fd` once the files handed before are done (the thread
- * starts with the first). 0, or an errno (EMFILE past CAPSEM_AHEAD_MAX_FILES). */
-int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size);
+ * starts with the first). `gate`, when not NULL, is held, advanced as the file is read and
+ * closed when the thread leaves it (or never reaches it). 0, or an errno (EMFILE past
+ * CAPSEM_AHEAD_MAX_FILES; the gate is then closed). */
+int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size, capsem_stream_gate *gate);
 
 /* Bytes asked for so far (for tests and tuning). */
 uint64_t capsem_ahead_done(capsem_ahead *a);

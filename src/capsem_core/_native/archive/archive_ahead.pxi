@@ -1,12 +1,16 @@
 # Included by _archive.pyx (one extension module; the file split is by concept): read-ahead of
 # a ledger's files ahead of a check's readers (archive_ahead.h).
 
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+from stream_gate cimport CAPSEM_STREAM_GATE_CAPSULE, capsem_stream_gate
+
 cdef extern from "archive_ahead.h" nogil:
     unsigned CAPSEM_AHEAD_CHUNK
     ctypedef struct capsem_ahead:
         pass
     capsem_ahead *capsem_ahead_new(uint64_t limit, int advice_only)
-    int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size)
+    int capsem_ahead_add(capsem_ahead *a, int fd, uint64_t size, capsem_stream_gate *gate)
     uint64_t capsem_ahead_done(capsem_ahead *a)
     uint64_t capsem_ahead_passed(capsem_ahead *a)
     void capsem_ahead_free(capsem_ahead *a)
@@ -30,12 +34,17 @@ cdef class ReadAhead:
         if self.a == NULL:
             raise MemoryError()
 
-    def add(self, int fd, uint64_t size):
+    def add(self, int fd, uint64_t size, gate=None):
         """Read [0, size) of the file open at ``fd`` after the files added before; OSError
-        when it cannot be taken (a closed descriptor, too many files)."""
+        when it cannot be taken (a closed descriptor, too many files). ``gate``: a
+        ``_pages.StreamGate``'s ``capsule()``, advanced as the file is read and closed when
+        the read-ahead leaves it (done, over its limit, closed) or cannot take it."""
         if self.a == NULL:
             raise ValueError("the read-ahead is closed")
-        cdef int err = capsem_ahead_add(self.a, fd, size)
+        cdef capsem_stream_gate *g = NULL
+        if gate is not None:
+            g = <capsem_stream_gate *>PyCapsule_GetPointer(gate, CAPSEM_STREAM_GATE_CAPSULE)
+        cdef int err = capsem_ahead_add(self.a, fd, size, g)
         if err:
             raise OSError(err, os.strerror(err))
 

@@ -7,7 +7,9 @@ returns what a whole-file ``PRAGMA quick_check`` would report that per-table che
 ``estimate`` sizes each tree cheaply for ordering work; ``records`` reads chosen columns of
 every row of one table tree into numpy arrays: integers, texts as ``Codes`` or as their bytes
 end to end (``TEXT``), a body_hash as its digest (``DIGEST``), an event id as its value
-(``HEX``) (page_records.h); ``missing_sorted`` joins two sorted arrays of them, ``runs``
+(``HEX``) (page_records.h), ``records_of`` several trees in one pass, together in file
+order, and ``follow`` keeps the scans behind a read-ahead streaming the file (``StreamGate``,
+stream_gate.h); ``missing_sorted`` joins two sorted arrays of them, ``runs``
 thins two columns to the rows where their pair changes. The walk and
 the scans run without the GIL under the SIGBUS guard. Findings are raw tuples (``Finding``):
 the caller words them, with the names it knows for each root. This module runs no SQL and imports nothing from the Python
@@ -90,6 +92,10 @@ cdef extern from "text_codes.h" nogil:
     uint32_t capsem_codes_count(const capsem_codes *t)
     uint32_t capsem_codes_find(const capsem_codes *t, const uint8_t *p, uint32_t len)
     const uint8_t *capsem_codes_text(const capsem_codes *t, uint32_t code, uint32_t *len)
+    uint64_t capsem_codes_hash(const capsem_codes *t, const uint8_t *p, uint32_t len)
+    int64_t capsem_codes_add_hashed(capsem_codes *t, uint64_t hash, const uint8_t *p, uint32_t len)
+
+include "pages_gate.pxi"
 
 cdef extern from "page_records.h" nogil:
     uint32_t CAPSEM_REC_ROWID
@@ -110,7 +116,17 @@ cdef extern from "page_records.h" nogil:
         uint64_t bytes_cap
     int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
                             capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
-                            uint64_t *rows)
+                            capsem_stream_gate *follow, uint64_t *rows)
+    ctypedef struct capsem_rec_tree:
+        uint32_t root
+        capsem_rec_column *cols
+        size_t ncols
+        uint64_t rows
+        int status
+    int CAPSEM_REC_MAX_TREES
+    int capsem_records_scan_trees(const uint8_t *map, uint64_t size, const capsem_page_header *h,
+                                  capsem_rec_tree *trees, size_t ntrees, volatile const int *cancel, uint64_t window,
+                                  capsem_stream_gate *follow)
 
 if capsem_guard_install() != 0:
     raise ImportError("capsem_core._native._pages could not install its SIGBUS guard")
@@ -135,6 +151,7 @@ Finding.__doc__ = ("One thing the walk found: its kind (a KINDS name), whether i
 ROWID = -1
 NULL_VALUE = CAPSEM_REC_NULL
 MAX_COLUMNS = CAPSEM_REC_MAX_COLUMNS
+MAX_TREES = CAPSEM_REC_MAX_TREES
 
 # records(): the kinds of column besides an integer (None) and a Codes.
 TEXT = "text"
@@ -214,124 +231,7 @@ def runs(const int64_t[::1] first, const int64_t[::1] second):
     return out_first[:k], out_second[:k]
 
 
-cdef class Codes:
-    """Dense codes (1, 2, ...) of the distinct texts the scans that share it meet: equal codes
-    are byte-equal texts. ``seed`` keys its hash (draw it at random). Scans sharing one run
-    one after another (a second one at once is refused)."""
-
-    cdef capsem_codes *t
-    cdef int busy
-
-    def __cinit__(self, uint64_t seed):
-        self.t = capsem_codes_new(seed)
-        if self.t == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        capsem_codes_free(self.t)
-
-    def __len__(self):
-        return capsem_codes_count(self.t)
-
-    def find(self, text):
-        """The code of ``text`` (str, UTF-8 encoded, or bytes), or 0 when no scan met it."""
-        cdef bytes raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        if len(raw) > 0xFFFFFFFF:
-            return 0
-        return capsem_codes_find(self.t, <const uint8_t *><const char *>raw, <uint32_t>len(raw))
-
-    def text(self, code):
-        """The bytes of the text coded ``code``, or None when no text has that code (0
-        included). Refused while a scan sharing these codes runs (it may be adding texts)."""
-        if self.busy:
-            raise RuntimeError("a scan sharing these codes is running")
-        if not 0 < code <= 0xFFFFFFFF:
-            return None
-        cdef uint32_t n = 0
-        cdef const uint8_t *p = capsem_codes_text(self.t, <uint32_t>code, &n)
-        if p == NULL:
-            return None
-        return (<const char *>p)[:n]
-
-
-cdef class _Values:
-    """An array a scan filled (big_alloc.h: ``alloc`` bytes at ``data``), lent to numpy without
-    a copy: ``n`` items of ``itemsize`` bytes (int64 values, or the bytes of a text or digest
-    column)."""
-
-    cdef void *data
-    cdef size_t alloc
-    cdef Py_ssize_t n
-    cdef Py_ssize_t itemsize
-    cdef Py_ssize_t shape[1]
-    cdef Py_ssize_t strides[1]
-    cdef int views
-
-    def __getbuffer__(self, Py_buffer *buf, int flags):
-        self.shape[0] = self.n
-        self.strides[0] = self.itemsize
-        buf.buf = self.data
-        buf.obj = self
-        buf.len = self.n * self.itemsize
-        buf.readonly = 0
-        buf.itemsize = self.itemsize
-        buf.format = "q" if self.itemsize == 8 else "B"
-        buf.ndim = 1
-        buf.shape = self.shape
-        buf.strides = self.strides
-        buf.suboffsets = NULL
-        buf.internal = NULL
-        self.views += 1
-
-    def __releasebuffer__(self, Py_buffer *buf):
-        self.views -= 1
-
-    def __dealloc__(self):
-        capsem_big_free(self.data, self.alloc)
-
-
-cdef object _owned(void *data, size_t alloc, Py_ssize_t n, Py_ssize_t itemsize):
-    cdef _Values v = _Values.__new__(_Values)
-    v.data = data
-    v.alloc = alloc
-    v.n = n
-    v.itemsize = itemsize
-    return np.frombuffer(v, dtype=np.int64 if itemsize == 8 else np.uint8)
-
-
-cdef object _lend(capsem_rec_column *column, uint64_t rows):
-    """A numpy array over the column's values, which it then owns (``column`` lets go of them
-    only once an owner exists, so an exception here never frees them twice)."""
-    if not rows:
-        return np.empty(0, dtype=np.int64)
-    out = _owned(column.values, column.capacity * sizeof(int64_t), <Py_ssize_t>rows, sizeof(int64_t))
-    column.values = NULL
-    return out
-
-
-cdef object _lend_bytes(capsem_rec_column *column, uint64_t rows):
-    """A TEXT column's bytes (uint8), a DIGEST column's digests ((rows, 32) uint8), None for
-    other kinds; owned as ``_lend``'s arrays are."""
-    if column.kind == CAPSEM_REC_TEXT:
-        n = <Py_ssize_t>column.nbytes
-    elif column.kind == CAPSEM_REC_DIGEST:
-        n = <Py_ssize_t>(32 * rows)
-    else:
-        return None
-    if not n:
-        out = np.empty(0, dtype=np.uint8)
-    else:
-        out = _owned(column.bytes, column.bytes_cap, n, 1)
-        column.bytes = NULL
-    return out.reshape(-1, 32) if column.kind == CAPSEM_REC_DIGEST else out
-
-
-cdef bint codes_busy(list codes):
-    cdef Codes c
-    for c in codes:
-        if c.busy:
-            return True
-    return False
+include "pages_values.pxi"
 
 
 cdef class PageFile:
@@ -346,6 +246,7 @@ cdef class PageFile:
 
     cdef capsem_archive_file f
     cdef volatile int cancel_flag
+    cdef capsem_stream_gate *gate   # held: the read-ahead the scans stay behind, or NULL
     cdef int busy      # walks and scans running (each on its own thread)
     cdef int walking
     cdef readonly object path
@@ -372,6 +273,7 @@ cdef class PageFile:
 
     def __dealloc__(self):
         capsem_file_close(&self.f)
+        capsem_gate_drop(self.gate)
 
     @property
     def size(self):
@@ -482,70 +384,97 @@ cdef class PageFile:
         included); ``HEX``, an event id of 12 lower-case hex digits as its 48-bit value
         (``NULL_VALUE`` for NULL; any other value is odd). Returns ``Records``. May run
         beside a walk or another scan, never one sharing a ``Codes``; ``cancel()`` stops it."""
-        cdef list spec_in = [(int(c), k) for c, k in columns]
-        cdef size_t n = len(spec_in), i
-        if n > CAPSEM_REC_MAX_COLUMNS:
-            raise ValueError("at most MAX_COLUMNS columns")
-        numbered = [c for c, _k in spec_in if c != ROWID]
-        if any(b <= a for a, b in zip(numbered, numbered[1:])):
-            raise ValueError("record columns must be in increasing order")
+        return self.records_of([(root, columns)])[0]
+
+    def records_of(self, trees):
+        """``records`` of several trees (``(root, columns)`` pairs, at most ``MAX_TREES``) in
+        one pass on this thread: the trees are walked together, always the page that lies
+        first in the file next, so the pass reads the file in about file order (behind a
+        read-ahead it follows, see ``follow``) rather than once per tree. Trees of one pass
+        may share ``Codes``. A list of ``Records``, one per tree, in order."""
+        cdef list given = [(int(root), [(int(c), k) for c, k in columns]) for root, columns in trees]
+        cdef size_t ntrees = len(given), t, i, n
+        if ntrees > CAPSEM_REC_MAX_TREES:
+            raise ValueError("at most MAX_TREES trees")
+        for root, spec_in in given:
+            if not 0 <= root <= 0xFFFFFFFF:
+                raise ValueError(f"page {root} is not a page number")
+            if len(spec_in) > CAPSEM_REC_MAX_COLUMNS:
+                raise ValueError("at most MAX_COLUMNS columns")
+            numbered = [c for c, _k in spec_in if c != ROWID]
+            if any(b <= a for a, b in zip(numbered, numbered[1:])):
+                raise ValueError("record columns must be in increasing order")
         cdef capsem_page_header h
         cdef capsem_page_finding bad
-        if capsem_page_header_parse(self.f.map, self.f.size, &h, &bad) != 0:
-            return Records("unreadable", 0, [], [], [])
-        cdef capsem_rec_column spec[16]
+        cdef capsem_rec_tree *tree = <capsem_rec_tree *>calloc(ntrees if ntrees else 1, sizeof(capsem_rec_tree))
+        cdef capsem_rec_column *spec = <capsem_rec_column *>calloc(
+            (ntrees if ntrees else 1) * CAPSEM_REC_MAX_COLUMNS, sizeof(capsem_rec_column))
+        if tree == NULL or spec == NULL:
+            free(tree)
+            free(spec)
+            raise MemoryError()
         cdef Codes codes
-        keep = []   # the Codes stay alive while the scan holds their tables
-        for i in range(n):
-            column, kind = spec_in[i]
-            if column != ROWID and not 0 <= column < 0xFFFFFFFF:
-                raise ValueError(f"column {column} is not a record column")
-            if column == ROWID and kind is not None:
-                raise ValueError("the rowid is an integer column")
-            spec[i].column = CAPSEM_REC_ROWID if column == ROWID else <uint32_t>column
-            spec[i].values = NULL
-            spec[i].capacity = 0
-            spec[i].bytes = NULL
-            spec[i].bytes_cap = 0
-            spec[i].codes = NULL
-            if kind is None:
-                spec[i].kind = CAPSEM_REC_INTEGER
-            elif isinstance(kind, str):
-                if kind not in (TEXT, DIGEST, HEX):
-                    raise ValueError(f"no column kind {kind!r}")
-                spec[i].kind = {TEXT: CAPSEM_REC_TEXT, DIGEST: CAPSEM_REC_DIGEST, HEX: CAPSEM_REC_HEX}[kind]
-            else:
-                codes = <Codes?>kind
-                keep.append(codes)
-                spec[i].codes = codes.t
-                spec[i].kind = CAPSEM_REC_CODE
-        if codes_busy(keep):
-            raise RuntimeError("a scan sharing these codes is running")
-        cdef uint64_t rows = 0
-        cdef int rc
-        for codes in keep:
-            codes.busy = 1
-        self.busy += 1
+        keep = {}   # the Codes stay alive while the scan holds their tables
+        cdef int rc = CAPSEM_REC_OK
+        cdef bint started = False
         try:
+            for t in range(ntrees):
+                root, spec_in = given[t]
+                tree[t].root = <uint32_t>root
+                tree[t].cols = spec + t * CAPSEM_REC_MAX_COLUMNS
+                n = len(spec_in)
+                tree[t].ncols = n
+                for i in range(n):
+                    column, kind = spec_in[i]
+                    _column_spec(&tree[t].cols[i], column, kind, keep)
+            if capsem_page_header_parse(self.f.map, self.f.size, &h, &bad) != 0:
+                return [Records("unreadable", 0, [], [], []) for _t in given]
+            if codes_busy(list(keep.values())):
+                raise RuntimeError("a scan sharing these codes is running")
+            for codes in keep.values():
+                codes.busy = 1
+            self.busy += 1
+            started = True
             with nogil:
-                rc = capsem_records_scan(self.f.map, self.f.size, &h, root, spec, n, &self.cancel_flag, self.window,
-                                         &rows)
-            if rc == CAPSEM_REC_NO_MEMORY:
+                rc = capsem_records_scan_trees(self.f.map, self.f.size, &h, tree, ntrees, &self.cancel_flag,
+                                               self.window, self.gate)
+            if rc == CAPSEM_REC_NO_MEMORY or any(tree[t].status == CAPSEM_REC_NO_MEMORY for t in range(ntrees)):
                 raise MemoryError()
-            if rc != CAPSEM_REC_OK:
-                status = {CAPSEM_REC_CANCELLED: "cancelled", CAPSEM_REC_UNREADABLE: "unreadable",
-                          CAPSEM_REC_GAVE_UP: "gave_up", CAPSEM_REC_SHRANK: "shrank"}.get(rc, "unreadable")
-                return Records(status, 0, [], [], [])
-            values = [_lend(&spec[i], rows) for i in range(n)]
-            data = [_lend_bytes(&spec[i], rows) for i in range(n)]
-            return Records("ok", rows, values, [spec[i].odd for i in range(n)], data)
+            out = []
+            for t in range(ntrees):
+                n = tree[t].ncols
+                if tree[t].status != CAPSEM_REC_OK:
+                    status = {CAPSEM_REC_CANCELLED: "cancelled", CAPSEM_REC_UNREADABLE: "unreadable",
+                              CAPSEM_REC_GAVE_UP: "gave_up", CAPSEM_REC_SHRANK: "shrank"}.get(tree[t].status, "unreadable")
+                    out.append(Records(status, 0, [], [], []))
+                    continue
+                values = [_lend(&tree[t].cols[i], tree[t].rows) for i in range(n)]
+                data = [_lend_bytes(&tree[t].cols[i], tree[t].rows) for i in range(n)]
+                out.append(Records("ok", tree[t].rows, values, [tree[t].cols[i].odd for i in range(n)], data))
+            return out
         finally:
-            self.busy -= 1
-            for codes in keep:
-                codes.busy = 0
-            for i in range(n):
-                capsem_big_free(spec[i].values, spec[i].capacity * sizeof(int64_t))
-                capsem_big_free(spec[i].bytes, spec[i].bytes_cap)
+            if started:
+                self.busy -= 1
+                for codes in keep.values():
+                    codes.busy = 0
+            for t in range(ntrees):
+                for i in range(tree[t].ncols if tree[t].cols != NULL else 0):
+                    capsem_big_free(tree[t].cols[i].values, tree[t].cols[i].capacity * sizeof(int64_t))
+                    capsem_big_free(tree[t].cols[i].bytes, tree[t].cols[i].bytes_cap)
+            free(tree)
+            free(spec)
+
+    def follow(self, StreamGate gate):
+        """Scans (``records``) from now on read no page a read-ahead of this file has not
+        read yet while ``gate`` is open: they wait for it (a scan ahead of the stream would
+        read each missing page alone, between the stream's reads). None: they read at once.
+        Refused while a walk or a scan runs."""
+        if self.busy:
+            raise RuntimeError("a walk or a scan of this file is running")
+        if gate is not None:
+            capsem_gate_hold(gate.g)
+        capsem_gate_drop(self.gate)
+        self.gate = gate.g if gate is not None else NULL
 
     def cancel(self):
         """Stop a walk or a scan running on another thread, and every later one (a walk
@@ -557,3 +486,5 @@ cdef class PageFile:
         if self.busy:
             raise RuntimeError("a walk or a scan of this file is running")
         capsem_file_close(&self.f)
+        capsem_gate_drop(self.gate)
+        self.gate = NULL

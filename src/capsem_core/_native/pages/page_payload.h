@@ -9,15 +9,20 @@
 
 #include "page_map.h"
 #include "page_window.h"
+#include "stream_gate.h"
 
 /* The mapped file a scan reads, and how many of its pages it has read (a tree that loops
  * would read more than the file holds). `window`, when not NULL, is told of every page read
- * (page_window.h: the scan keeps a bounded part of the map resident). */
+ * (page_window.h: the scan keeps a bounded part of the map resident). `follow`, when not
+ * NULL, is the gate of a read-ahead streaming the file: a page it has not read yet is
+ * waited for (stream_gate.h), until `cancel` is set. */
 typedef struct {
     const uint8_t *map;
     capsem_page_header h;
     uint64_t pages;
     capsem_page_window *window;
+    capsem_stream_gate *follow;
+    volatile const int *cancel;
 } capsem_rec_file;
 
 /* One row's payload: its local bytes on the page, then its overflow chain, read forwards. */
@@ -38,8 +43,9 @@ static inline const uint8_t *capsem_rec_page(const capsem_rec_file *f, uint32_t 
     return f->map + (uint64_t)(pgno - 1) * f->h.page_size;
 }
 
-/* Page `pgno`, about to be read: noted in the scan's window first. */
+/* Page `pgno`, about to be read: behind the stream it follows, and noted in its window. */
 static inline const uint8_t *capsem_rec_read(const capsem_rec_file *f, uint32_t pgno) {
+    capsem_gate_wait(f->follow, (uint64_t)pgno * f->h.page_size, f->cancel);
     capsem_window_touch(f->window, (uint64_t)(pgno - 1) * f->h.page_size);
     return capsem_rec_page(f, pgno);
 }
