@@ -68,7 +68,7 @@ class _NoSpareDescriptor:
     def __init__(self, budget: int) -> None:
         pass
 
-    def add(self, fd: int, size: int) -> None:
+    def add(self, fd: int, size: int, gate: object | None = None) -> None:
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
     def close(self) -> None:

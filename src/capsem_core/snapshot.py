@@ -239,17 +239,20 @@ class Snapshot:
                 self._ahead_add(self._reader.fileno(), self._reader.size)
         return self._reader
 
-    def _ahead_add(self, fd: int, size: int) -> None:
-        """Hand one file to the read-ahead. It is only a hint: where it cannot run (no
-        descriptor or thread to spare, a system without the advice) it is stopped, and the
-        readers read as they would without it."""
+    def _ahead_add(self, fd: int, size: int, gate: _pages.StreamGate | None = None) -> bool:
+        """Hand one file to the read-ahead (with the ``gate`` it advances as it reads it); True
+        when taken. It is only a hint: where it cannot run (no descriptor or thread to spare,
+        a system without the advice) it is stopped, and the readers read as they would
+        without it."""
         if self._ahead is None:
-            return
+            return False
         try:
-            self._ahead.add(fd, size)
+            self._ahead.add(fd, size, gate.capsule() if gate is not None else None)
+            return True
         except (OSError, MemoryError):
             self._ahead.close()
             self._ahead = None
+            return False
 
     def read_ahead(self, *, bodies: bool, share: float = 1.0) -> None:
         """Stream session.db into the page cache ahead of this snapshot's readers, then, with
@@ -268,7 +271,12 @@ class Snapshot:
         except MemoryError:
             return
         self._ahead_bodies = bodies
-        self._ahead_add(self.pages.fileno(), self.pages.size)
+        # The page scans stay behind the stream (PageFile.follow): one that runs ahead of it,
+        # as the identity graph's scan of a table spread over the whole file does, would read
+        # each missing page alone, between the stream's reads, slowing both.
+        gate = _pages.StreamGate()
+        if self._ahead_add(self.pages.fileno(), self.pages.size, gate):
+            self.pages.follow(gate)
         if bodies and self._reader is not None:
             self._ahead_add(self._reader.fileno(), self._reader.size)
 

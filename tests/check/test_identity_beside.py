@@ -119,15 +119,15 @@ def test_beside_the_page_check_the_section_is_the_one_a_single_connection_gives(
     parts = Parts(monkeypatch)
     expected = _sql_parts_run(damaged)
     assert expected >= 3   # the damage breaks at least three parts
-    # The checks' own steps hold in their last one until every part has started: the workers
-    # take every part.
-    real_previews = sql_checks.check_previews
+    # The checks' own thread holds in its body archive step until every part has started:
+    # the workers take every part.
+    real_archive = run.check_body_archive
 
     def busy(*args: object) -> object:
         parts.wait_for(expected)
-        return real_previews(*args)
+        return real_archive(*args)
 
-    monkeypatch.setattr(sql_checks, "check_previews", busy)
+    monkeypatch.setattr(run, "check_body_archive", busy)
     report = check_ledger(damaged, page_threads=2)
     assert report.checks["pages"].counts["method"] == "per_table"
     assert len(parts.seen) == expected and all(n.startswith("capsem-check-") for n in parts.seen), parts.seen
@@ -190,20 +190,42 @@ def test_a_part_that_fails_on_a_worker_fails_the_check_naming_the_file(
 def test_the_graph_takes_event_body_blobs_from_the_body_index_pass_and_decides_the_same(
         damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _on_one_connection(damaged)
-    given: list[object] = []
-    real = identity_pages.read_graph
+    scanned: list[str] = []
+    joined: list[bool] = []
+    real_scan, real_join = identity_pages._scan_tables, run.join_blobs
 
-    def recorded(mapped, conn, graph=None, blobs=None):  # type: ignore[no-untyped-def]
-        got = real(mapped, conn, graph, blobs)
-        turns = got.tables[identity_pages.BLOBS].turns if got is not None else None
-        # The pass's own arrays (its traces and turns, kept as runs), not a scan of their own.
-        given.append(blobs is not None and blobs.rows is not None and turns is not None
-                     and turns[0] is blobs.columns["turn_id"] and turns[1] is blobs.columns["trace_id"])
+    def scan(pages, conn, graph, roots, tables):  # type: ignore[no-untyped-def]
+        scanned.extend(table for table, _names in tables)
+        return real_scan(pages, conn, graph, roots, tables)
+
+    def join(pages, conn, graph, blobs):  # type: ignore[no-untyped-def]
+        got = real_join(pages, conn, graph, blobs)
+        joined.append(got is not None and blobs.rows is not None and identity_pages.BLOBS in got.tables)
         return got
 
-    monkeypatch.setattr(run, "read_graph", recorded)
+    monkeypatch.setattr(identity_pages, "_scan_tables", scan)
+    monkeypatch.setattr(run, "join_blobs", join)
     section = check_ledger(damaged).checks["identity_graph"].to_json()
-    assert given == [True] and section == alone
+    # The pass's own arrays, joined in: event_body_blobs is not scanned a second time.
+    assert joined == [True] and scanned and identity_pages.BLOBS not in scanned
+    assert section == alone
+
+
+def test_the_graph_scans_event_body_blobs_itself_where_the_body_index_pass_did_not_read_them(
+        damaged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _on_one_connection(damaged)
+    scanned: list[str] = []
+    real_scan = identity_pages._scan_tables
+
+    def scan(pages, conn, graph, roots, tables):  # type: ignore[no-untyped-def]
+        scanned.extend(table for table, _names in tables)
+        return real_scan(pages, conn, graph, roots, tables)
+
+    monkeypatch.setattr(identity_pages, "_scan_tables", scan)
+    # A pass that reads no columns for the graph (as the SQL scan of the index does).
+    monkeypatch.setattr(run, "blobs_alongside", lambda graph: identity_pages.Alongside({}))
+    section = check_ledger(damaged).checks["identity_graph"].to_json()
+    assert scanned.count(identity_pages.BLOBS) == 1 and section == alone
 
 
 def test_a_check_that_fails_before_its_body_archive_step_ends_with_that_failure(
@@ -212,12 +234,11 @@ def test_a_check_that_fails_before_its_body_archive_step_ends_with_that_failure(
         raise LedgerError("cannot count the tables", damaged)
 
     monkeypatch.setattr(sql_checks, "check_tables", unreadable)
-    scanned: list[int] = []
-    real = identity_pages.read_graph
-    monkeypatch.setattr(run, "read_graph", lambda *a: scanned.append(1) or real(*a))
+    before = threading.active_count()
+    # The identity graph's scan may be running on a worker by then: it is joined, not left.
     with pytest.raises(LedgerError, match="cannot count the tables"):
-        check_ledger(damaged)
-    assert scanned == []   # the graph needs the body index's pass, which never ran
+        check_ledger(damaged, page_threads=2)
+    assert threading.active_count() == before
 
 
 def test_a_check_interrupted_in_its_own_steps_stops_the_workers_and_raises_the_interrupt(

@@ -5,8 +5,9 @@ connection per core in the same snapshot where the database file is that snapsho
 every step of the report with what it needs, and hands them to the one scheduler
 (``steps.py``), which runs them on the cores: the page check's jobs (``quick_check`` per
 table and the page map, or one whole-file ``quick_check`` when a -wal holds pages) and the
-identity graph's reads on any connection of the snapshot, the doctor's other checks on the
-checks' own connection in the report's order. A damaged page check ends the report there (as
+identity graph's reads (from the start, beside the page map and the body index) on any
+connection of the snapshot, the doctor's other checks on the checks' own connection in the
+report's order. A damaged page check ends the report there (as
 the doctor's does: the other sections are thrown away); else the first failure is raised;
 else the verification record of --verify-bodies --incremental is written.
 """
@@ -29,7 +30,7 @@ from capsem_core.check.steps import Outcome, Scheduler, Step
 from capsem_core.check.verify import SKIPPED_UNTIL_AGREE, ProgressCallback, VerifyStep, verify_bodies
 from capsem_core.errors import LedgerError
 from capsem_core.pages import check as page_check
-from capsem_core.pages.graph import Graph, blobs_alongside, read_graph, worth_scanning
+from capsem_core.pages.graph import Graph, blobs_alongside, join_blobs, read_graph, worth_scanning
 from capsem_core.pages.lifecycle import lifecycle_from_graph
 from capsem_core.pages.usage import usage_from_graph
 from capsem_core.snapshot import Snapshot
@@ -186,9 +187,9 @@ class _Check:
         # Shared reads of the snapshot go to the workers where they read it; else they run on
         # the checks' connection, after the doctor's sections.
         beside = bool(self.snapshot.workers)
-        parts = [Step(f"identity_part:{i}", self._part(i), needs=("schema", *(("identity_scan",) if scanning else ())),
+        parts = [Step(f"identity_part:{i}", self._part(i), needs=("schema", *(("identity_join",) if scanning else ())),
                       pool=beside, cost=_AHEAD) for i in range(4)]
-        graph_needs = ("tables", "identity_scan") if scanning else ("tables",)
+        graph_needs = ("tables", "identity_join") if scanning else ("tables",)
         return [
             Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
             Step("table_names", lambda conn, _schema: sql_checks.table_names(conn), needs=("schema",)),
@@ -212,8 +213,9 @@ class _Check:
                                                                       checks["previews"]), needs=("tables",)),
             Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
             Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
-            *([Step("identity_scan", self._scan_graph, needs=("schema", "body_index"), pool=True,
-                    cost=_AHEAD, transient=True, release=self._release_graph)] if scanning else []),
+            *([Step("identity_scan", self._scan_graph, needs=("schema",), pool=True, cost=_AHEAD, transient=True),
+               Step("identity_join", self._join_graph, needs=("identity_scan", "body_index"), pool=True, cost=_AHEAD,
+                    transient=True, release=self._release_graph)] if scanning else []),
             *parts,
         ]
 
@@ -248,12 +250,20 @@ class _Check:
             return None
         return verify_bodies(self.snapshot, result, self.progress, self.options)
 
-    def _scan_graph(self, conn: sqlite3.Connection, _schema: None, _index: BodyIndex | None) -> Graph | None:
-        """The identity graph's columns from the pages, after the body index's pass (its codes
-        are the graph's meanwhile), beside the page map: with the per-table checks proved there,
-        the page map alone would otherwise keep a core busy while the others wait."""
+    def _scan_graph(self, conn: sqlite3.Connection, _schema: None) -> Graph | None:
+        """The identity graph's columns from the pages, from the start, beside the page map and
+        the body index's pass (which reads event_body_blobs' for it, in codes of its own): from
+        a cold cache the three follow the read-ahead's stream together (the scans wait behind
+        it), so what the section reads costs no time after the stream has ended."""
         assert self.snapshot.pages is not None and self.graph is not None
         return read_graph(self.snapshot.pages, conn, self.graph, self.alongside)
+
+    def _join_graph(self, conn: sqlite3.Connection, graph: Graph | None, _index: BodyIndex | None) -> Graph | None:
+        """The graph with event_body_blobs' columns, once the scan and the body index's pass
+        have ended."""
+        if graph is None or self.alongside is None or self.snapshot.pages is None:
+            return None
+        return join_blobs(self.snapshot.pages, conn, graph, self.alongside)
 
     def _release_graph(self) -> None:
         """The identity graph's arrays go once its parts, the tool lifecycle and the tool usage

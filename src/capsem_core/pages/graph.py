@@ -131,40 +131,75 @@ def _table(rows: int, columns: dict[str, Array], odd: frozenset[str], *, thinned
 
 def blobs_alongside(graph: Graph) -> Alongside:
     """What the body index's pass over event_body_blobs reads for ``graph`` (its traces and
-    turns, in the graph's codes, kept as runs), so ``read_graph`` need not walk those rows
-    again."""
-    return Alongside({name: graph.codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())}, keep=_turn_runs)
+    turns, kept as runs), in codes of the pass's own, so ``read_graph`` may scan the other
+    tables at once; ``join_blobs`` brings them into the graph's codes once both have ended."""
+    seed = int.from_bytes(os.urandom(8), "little")
+    domains = {TEXT_DOMAINS[name] for name in wanted().get(BLOBS, ())}
+    codes = {domain: _pages.Codes(seed ^ i) for i, domain in enumerate(sorted(domains))}
+    return Alongside({name: codes[TEXT_DOMAINS[name]] for name in wanted().get(BLOBS, ())}, keep=_turn_runs)
 
 
 def read_graph(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph | None = None,
                blobs: Alongside | None = None) -> Graph | None:
     """Scan every table the parts read (``conn``: a connection of the snapshot, for the
-    schema) into ``graph`` (default a new one). ``blobs``: event_body_blobs' columns read by
-    the body index's pass (``blobs_alongside(graph)``), taken where that pass read them; the
-    pass must have ended (its scan holds the graph's codes: the caller orders the two). None
-    when the file cannot serve them (then every part runs its SQL)."""
+    schema) into ``graph`` (default a new one). With ``blobs`` (``blobs_alongside(graph)``),
+    event_body_blobs is left to the body index's pass, which may run at the same time:
+    ``join_blobs`` adds it once both have ended. None when the file cannot serve them (then
+    every part runs its SQL)."""
     if not page_tables.utf8(conn):
         return None
     graph = graph if graph is not None else Graph()
-    roots = dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
-    for table, names in wanted().items():
-        if table == BLOBS and blobs is not None and blobs.rows is not None and set(blobs.columns) == set(names):
-            graph.tables[table] = _table(blobs.rows, dict(blobs.columns), blobs.odd, thinned=blobs.keep is _turn_runs)
-            continue
+    tables = [(table, names) for table, names in wanted().items() if table != BLOBS or blobs is None]
+    return graph if _scan_tables(pages, conn, graph, _roots(conn), tables) else None
+
+
+def join_blobs(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph, blobs: Alongside) -> Graph | None:
+    """``graph`` (read by ``read_graph`` with ``blobs``) with event_body_blobs' columns: the
+    body index's pass's, their codes adopted into the graph's (the pass must have ended), or,
+    where the pass did not read them, scanned here. None when neither can serve them."""
+    names = wanted()[BLOBS]
+    if blobs.rows is None or set(blobs.columns) != set(names):
+        return graph if _scan_tables(pages, conn, graph, _roots(conn), [(BLOBS, names)]) else None
+    columns = {}
+    adopted: dict[int, Array | None] = {}
+    for name, values in blobs.columns.items():
+        theirs = blobs.codes[name]
+        if id(theirs) not in adopted:
+            adopted[id(theirs)] = graph.codes[TEXT_DOMAINS[name]].adopt(theirs)
+        mapped = adopted[id(theirs)]
+        if mapped is None:
+            return None
+        columns[name] = mapped[values]
+    graph.tables[BLOBS] = _table(blobs.rows, columns, blobs.odd, thinned=blobs.keep is _turn_runs)
+    return graph
+
+
+def _roots(conn: sqlite3.Connection) -> dict[str, object]:
+    return dict(conn.execute("SELECT name, rootpage FROM sqlite_schema WHERE type = 'table'").fetchall())
+
+
+def _scan_tables(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph, roots: dict[str, object],
+                 tables: Sequence[tuple[str, tuple[str, ...]]]) -> bool:
+    """Each table's columns scanned into ``graph``, the tables in one pass (``records_of``:
+    together in file order, so the pass follows a read-ahead of the file as one reader);
+    False when the file cannot serve them."""
+    trees = []
+    chosen = []
+    for table, names in tables:
         root = roots.get(table)
         columns = _record_columns(conn, table, names)
         if not isinstance(root, int) or not 0 < root <= 0xFFFFFFFF or columns is None:
-            return None
-        spec = [(cid, _kind(graph, name)) for cid, name in columns]
-        scanned = pages.records(root, spec)
+            return False
+        trees.append((root, [(cid, _kind(graph, name)) for cid, name in columns]))
+        chosen.append(columns)
+    for (table, _names), columns, scanned in zip(tables, chosen, pages.records_of(trees)):
         if scanned.status != "ok":
-            return None
+            return False
         read = {name: values for (_c, name), values in zip(columns, scanned.values)}
         odd = frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd)
         rows = int(scanned.rows)
-        del scanned
         graph.tables[table] = Table(rows, read, odd) if table in ROW_TURNS else _table(rows, read, odd, thinned=False)
-    return graph
+    return True
 
 
 def _record_columns(conn: sqlite3.Connection, table: str, names: tuple[str, ...]) -> list[tuple[int, str]] | None:
@@ -416,6 +451,6 @@ def worth_scanning(pages: _pages.PageFile | None) -> bool:
     return pages is not None and pages.size >= MIN_BYTES
 
 
-__all__ = ["BLOBS", "MIN_BYTES", "USAGE_COLUMNS", "Graph", "Table", "blobs_alongside", "clean", "member",
+__all__ = ["BLOBS", "MIN_BYTES", "USAGE_COLUMNS", "Graph", "Table", "blobs_alongside", "join_blobs", "clean", "member",
            "model_items_hold", "pair_keys", "pairs_in", "read_graph", "security_holds", "tool_calls_hold", "turns_hold",
            "wanted", "worth_scanning"]
