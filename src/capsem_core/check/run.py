@@ -4,10 +4,10 @@
 connection per core in the same snapshot where the database file is that snapshot), declares
 every step of the report with what it needs, and hands them to the one scheduler
 (``steps.py``), which runs them on the cores: the page check's jobs (``quick_check`` per
-table and the page map, or one whole-file ``quick_check`` when a -wal holds pages) and the
-identity graph's reads (from the start, beside the page map and the body index) on any
-connection of the snapshot, the doctor's other checks on the checks' own connection in the
-report's order. A damaged page check ends the report there (as
+table and the page map, or one whole-file ``quick_check`` when a -wal holds pages), the
+identity graph's reads (from the start, beside the page map and the body index) and the
+doctor's other sections on any connection of the snapshot; the schema, the body index, the
+row counts, the archive check and the bodies' verification on the checks' own connection. A damaged page check ends the report there (as
 the doctor's does: the other sections are thrown away); else the first failure is raised;
 else the verification record of --verify-bodies --incremental is written.
 """
@@ -201,16 +201,20 @@ class _Check:
             Step("tables", lambda conn, names: _tables(conn, names, checks["tables"]), needs=("table_names",)),
             Step("body_archive", lambda conn, index: check_body_archive(self.snapshot, index, checks["body_archive"]),
                  needs=("body_index",)),
+            # The doctor's other sections go to the workers where there are some: the checks'
+            # own thread goes on to the bodies, which it reads back on every core.
             Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
-                 needs=("tables",)),
-            Step("tool_lifecycle", self._tool_lifecycle, needs=graph_needs),
+                 needs=("tables",), pool=beside),
+            Step("tool_lifecycle", self._tool_lifecycle, needs=graph_needs, pool=beside),
             Step("provider_correlation", lambda conn, t: sql_checks.check_provider_correlation(
-                conn, t.names, t.counts, checks["provider_correlation"]), needs=("tables",)),
+                conn, t.names, t.counts, checks["provider_correlation"]), needs=("tables",), pool=beside),
             Step("null_fields", lambda conn, t: sql_checks.check_null_fields(conn, t.names, t.counts,
-                                                                            checks["null_fields"]), needs=("tables",)),
-            Step("tool_usage", self._tool_usage, needs=graph_needs),
+                                                                            checks["null_fields"]), needs=("tables",),
+                 pool=beside),
+            Step("tool_usage", self._tool_usage, needs=graph_needs, pool=beside),
             Step("previews", lambda conn, t: sql_checks.check_previews(conn, t.names, t.counts, self.report.rows,
-                                                                      checks["previews"]), needs=("tables",)),
+                                                                      checks["previews"]), needs=("tables",),
+                 pool=beside),
             Step("verify_bodies", self._verify, needs=("body_archive", "body_index")),
             Step("identity_graph", self._identity_graph, needs=tuple(p.name for p in parts)),
             *([Step("identity_scan", self._scan_graph, needs=("schema",), pool=True, cost=_AHEAD, transient=True),
