@@ -199,3 +199,11 @@ def test_a_scan_stopped_midway_leaves_every_part_to_its_sql(ledger: Path) -> Non
     finally:
         mapped.close()
         conn.close()
+
+
+def test_event_body_blobs_the_parts_read_nothing_of_is_joined_as_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the identity benchmark's baseline asks: the lifecycle's columns only.
+    monkeypatch.setattr(identity_pages, "wanted", lambda: {"tool_calls": ("call_id",)})
+    graph = identity_pages.Graph()
+    joined = identity_pages.join_blobs(None, None, graph, identity_pages.Alongside({}))  # type: ignore[arg-type]
+    assert joined is graph and not graph.tables

@@ -157,7 +157,9 @@ def join_blobs(pages: _pages.PageFile, conn: sqlite3.Connection, graph: Graph, b
     """``graph`` (read by ``read_graph`` with ``blobs``) with event_body_blobs' columns: the
     body index's pass's, their codes adopted into the graph's (the pass must have ended), or,
     where the pass did not read them, scanned here. None when neither can serve them."""
-    names = wanted()[BLOBS]
+    names = wanted().get(BLOBS)
+    if names is None:   # the parts read none of its columns
+        return graph
     if blobs.rows is None or set(blobs.columns) != set(names):
         return graph if _scan_tables(pages, conn, graph, _roots(conn), [(BLOBS, names)]) else None
     columns = {}
