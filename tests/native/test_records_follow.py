@@ -131,30 +131,45 @@ def test_adopted_codes_name_the_same_texts_and_new_ones_are_added(interleaved) -
     assert mine.adopt(_pages.Codes(9)).tolist() == [0]   # nothing coded there: only NULL
 
 
+class WaitingScan:
+    """A records scan of ``root`` on a thread, following an open gate at 0, seen waiting at it;
+    the gate is closed and the thread joined on the way out."""
+
+    def __init__(self, path: Path, root: int) -> None:
+        self.gate = _pages.StreamGate()
+        self.pages = _pages.PageFile(path)
+        self.pages.follow(self.gate)
+        self.got: list[_pages.Records] = []
+        self.thread = threading.Thread(target=lambda: self.got.append(self.pages.records(root, [(2, None)])))
+
+    def __enter__(self) -> WaitingScan:
+        self.thread.start()
+        _until(lambda: self.gate.waits > 0, "the scan never waited at the gate")
+        return self
+
+    def ended(self) -> _pages.Records:
+        self.thread.join(DEADLINE_S)
+        assert not self.thread.is_alive() and self.got, "the scan did not end"
+        return self.got[0]
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.close()
+        self.thread.join(DEADLINE_S)
+        self.pages.close()
+
+
 def test_a_scan_following_an_open_gate_waits_for_it_then_reads_everything(interleaved) -> None:  # type: ignore[no-untyped-def]
     path, roots = interleaved
-    gate = _pages.StreamGate()
-    pages = _pages.PageFile(path)
-    pages.follow(gate)
-    got: list[object] = []
-    scan = threading.Thread(target=lambda: got.append(pages.records(roots["c"], [(2, None)])))
-    try:
-        scan.start()
-        _until(lambda: gate.waits > 0, "the scan never waited at the gate")
-        assert not got   # nothing of the file past the gate is read yet: the scan cannot end
+    with WaitingScan(path, roots["c"]) as scan:
+        assert not scan.got   # nothing of the file past the gate is read yet: the scan cannot end
         with pytest.raises(RuntimeError):
-            pages.follow(None)   # not while a scan runs
-        gate.advance(pages.size // 2)
-        gate.advance(1)          # a gate never moves back
-        assert gate.passed == pages.size // 2
-        gate.advance(pages.size)
-        scan.join(DEADLINE_S)
-        assert not scan.is_alive()
-    finally:
-        gate.close()
-        scan.join(DEADLINE_S)
-        pages.close()
-    assert got[0].status == "ok" and got[0].values[0].tolist() == _expected(path, "c")[1]
+            scan.pages.follow(None)   # not while a scan runs
+        scan.gate.advance(scan.pages.size // 2)
+        scan.gate.advance(1)          # a gate never moves back
+        assert scan.gate.passed == scan.pages.size // 2
+        scan.gate.advance(scan.pages.size)
+        got = scan.ended()
+    assert got.status == "ok" and got.values[0].tolist() == _expected(path, "c")[1]
 
 
 def test_a_scan_following_a_closed_gate_reads_at_once(interleaved) -> None:  # type: ignore[no-untyped-def]
@@ -174,21 +189,9 @@ def test_a_scan_following_a_closed_gate_reads_at_once(interleaved) -> None:  # t
 
 def test_a_scan_waiting_at_a_gate_is_cancelled(interleaved) -> None:  # type: ignore[no-untyped-def]
     path, roots = interleaved
-    gate = _pages.StreamGate()
-    pages = _pages.PageFile(path)
-    pages.follow(gate)
-    got: list[object] = []
-    scan = threading.Thread(target=lambda: got.append(pages.records(roots["a"], [(2, None)])))
-    try:
-        scan.start()
-        _until(lambda: gate.waits > 0, "the scan never waited at the gate")
-        pages.cancel()
-        scan.join(DEADLINE_S)
-        assert not scan.is_alive() and got[0].status == "cancelled"
-    finally:
-        gate.close()
-        scan.join(DEADLINE_S)
-        pages.close()
+    with WaitingScan(path, roots["a"]) as scan:
+        scan.pages.cancel()
+        assert scan.ended().status == "cancelled"
 
 
 @pytest.mark.parametrize("advice", [False, True], ids=["sendfile", "advice"])

@@ -254,7 +254,6 @@ class Scheduler:
                     continue
             self._execute(step, self._conn)
 
-
     def _raise_escaped(self) -> None:
         """(Under the lock, on the caller's thread.) Raise an interrupt a worker's step raised."""
         if self._escaped is not None:

@@ -114,9 +114,6 @@ cdef extern from "page_records.h" nogil:
         uint8_t *bytes
         uint64_t nbytes
         uint64_t bytes_cap
-    int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                            capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
-                            capsem_stream_gate *follow, uint64_t *rows)
     ctypedef struct capsem_rec_tree:
         uint32_t root
         capsem_rec_column *cols

@@ -41,10 +41,8 @@ typedef struct {
 
 typedef struct {
     capsem_rec_file f;   /* f.pages: b-tree and overflow pages read: at most page_count, or the tree loops */
-    capsem_page_window win; /* f.window when the scan keeps a bounded window resident */
     capsem_rec_column *cols;
     size_t ncols;
-    volatile const int *cancel;
     uint64_t rows, cap;
     uint32_t steps;
     uint32_t lines;      /* cache lines of a cell the last row's values spanned (prefetch_cell) */
@@ -426,7 +424,7 @@ static int step(scan *s, cursor *c, int *more) {
     uint32_t pgno = c->pgno;
     if (pgno < 1 || pgno > s->f.h.page_count || ++s->f.pages > s->f.h.page_count) return CAPSEM_REC_UNREADABLE;
     /* From the first page on; at every page behind a stream, whose gate a cancel ends. */
-    if ((s->steps++ % CANCEL_EVERY == 0 || s->f.follow) && s->cancel && *s->cancel) return CAPSEM_REC_CANCELLED;
+    if ((s->steps++ % CANCEL_EVERY == 0 || s->f.follow) && s->f.cancel && *s->f.cancel) return CAPSEM_REC_CANCELLED;
     const uint8_t *page = capsem_rec_read(&s->f, pgno);
     uint32_t hdr = pgno == 1 ? 100 : 0;
     uint8_t type = page[hdr];
@@ -469,7 +467,7 @@ static int step(scan *s, cursor *c, int *more) {
     }
 }
 
-/* A tree's columns as capsem_records_scan takes them: CAPSEM_REC_OK, or UNREADABLE. */
+/* A tree's columns as capsem_records_scan_trees takes them: CAPSEM_REC_OK, or UNREADABLE. */
 static int check_columns(const capsem_rec_column *cols, size_t ncols) {
     if (ncols > CAPSEM_REC_MAX_COLUMNS) return CAPSEM_REC_UNREADABLE;
     for (size_t i = 0; i < ncols; i++) {
@@ -566,7 +564,6 @@ int capsem_records_scan_trees(const uint8_t *map, uint64_t size, const capsem_pa
         s->f.cancel = cancel;
         s->cols = t->cols;
         s->ncols = t->ncols;
-        s->cancel = cancel;
         for (size_t i = 0; i < CAPSEM_REC_MAX_COLUMNS; i++) s->prev[i] = -1;
         s->lines = 4;
         cursors[k].pgno = t->root;
@@ -583,15 +580,4 @@ out:
     free(cursors);
     free(live);
     return rc;
-}
-
-int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
-                        capsem_stream_gate *follow, uint64_t *rows) {
-    capsem_rec_tree tree = {root, cols, ncols, 0, CAPSEM_REC_OK};
-    *rows = 0;
-    if (ncols > CAPSEM_REC_MAX_COLUMNS) return CAPSEM_REC_UNREADABLE;
-    int rc = capsem_records_scan_trees(map, size, h, &tree, 1, cancel, window, follow);
-    *rows = tree.rows;
-    return rc != CAPSEM_REC_OK ? rc : tree.status;
 }

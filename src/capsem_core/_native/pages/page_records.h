@@ -69,8 +69,9 @@ typedef struct {
     uint64_t nbytes, bytes_cap;
 } capsem_rec_column;
 
-/* One tree of capsem_records_scan_trees: in, its root and columns (as capsem_records_scan
- * takes them); out, its rows and how its walk ended (a CAPSEM_REC_ status). */
+/* One tree of capsem_records_scan_trees: in, its root and its columns (at most
+ * CAPSEM_REC_MAX_COLUMNS, in increasing `column` order, the rowid anywhere); out, its rows and
+ * how its walk ended (a CAPSEM_REC_ status). */
 typedef struct {
     uint32_t root;
     capsem_rec_column *cols;
@@ -81,22 +82,15 @@ typedef struct {
 
 #define CAPSEM_REC_MAX_TREES 64
 
-/* Scan the table tree rooted at `root` of a mapped file whose header `h` parsed. `cols`
- * (at most CAPSEM_REC_MAX_COLUMNS) in increasing `column` order, the rowid anywhere; columns
- * of one scan may share codes, scans sharing codes must not run at once. `*rows` receives
- * the row count. `cancel`, when not NULL, is polled. `window`: the bytes of the map the scan
- * keeps resident (page_window.h; 0: no bound). `follow`, when not NULL: a read-ahead's gate
- * on this file, whose stream the scan stays behind (stream_gate.h). Runs without the GIL. */
-int capsem_records_scan(const uint8_t *map, uint64_t size, const capsem_page_header *h, uint32_t root,
-                        capsem_rec_column *cols, size_t ncols, volatile const int *cancel, uint64_t window,
-                        capsem_stream_gate *follow, uint64_t *rows);
-
-/* Scan several trees (at most CAPSEM_REC_MAX_TREES) in one pass: always the page that lies
- * first in the file among each tree's next, so together they read the file in about file
- * order (each tree's pages are spread among the others'), as one window, one thread. Each
- * tree's columns and results are as capsem_records_scan's, its end in its `status` (a tree
- * that cannot be read does not stop the others). Returns CAPSEM_REC_NO_MEMORY when the pass
- * itself could not be set up, else CAPSEM_REC_OK; UNREADABLE past the tree bound. */
+/* Scan the table trees (at most CAPSEM_REC_MAX_TREES) of a mapped file whose header `h`
+ * parsed, in one pass on this thread: always the page that lies first in the file among each
+ * tree's next, so together they read the file in about file order (each tree's pages are
+ * spread among the others'). Columns of one pass may share codes; passes sharing codes must
+ * not run at once. A tree that cannot be read ends alone, in its `status`. `cancel`, when not
+ * NULL, is polled. `window`: the bytes of the map the pass keeps resident (page_window.h; 0:
+ * no bound). `follow`, when not NULL: a read-ahead's gate on this file, whose stream the pass
+ * stays behind (stream_gate.h). Returns CAPSEM_REC_NO_MEMORY when the pass itself could not be
+ * set up, UNREADABLE past the tree bound, else CAPSEM_REC_OK. Runs without the GIL. */
 int capsem_records_scan_trees(const uint8_t *map, uint64_t size, const capsem_page_header *h,
                               capsem_rec_tree *trees, size_t ntrees, volatile const int *cancel, uint64_t window,
                               capsem_stream_gate *follow);
