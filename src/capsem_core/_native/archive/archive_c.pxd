@@ -38,6 +38,8 @@ cdef extern from "archive_reader.h" nogil:
         uint32_t raw_len
         uint32_t comp_len
         uint8_t flags
+        uint8_t codec
+        uint8_t zlib_ok
     ctypedef struct capsem_segment_table:
         capsem_segment_ref *refs
         size_t n
@@ -46,6 +48,14 @@ cdef extern from "archive_reader.h" nogil:
     void capsem_segment_table_free(capsem_segment_table *t)
     capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t block_offset, uint64_t disk_len,
                                      capsem_extent *out, capsem_error *err, capsem_segment_table *table)
+
+cdef extern from "archive_rules_ahead.h" nogil:
+    uint64_t CAPSEM_RULES_AHEAD_WINDOW
+    ctypedef struct capsem_rules_ahead:
+        pass
+    capsem_rules_ahead *capsem_rules_ahead_start(int fd, capsem_segment_ref *refs, size_t n, int *err)
+    void capsem_rules_ahead_wait(capsem_rules_ahead *r)
+    void capsem_rules_ahead_finish(capsem_rules_ahead *r)
 
 cdef extern from "archive_inflate.h" nogil:
     ctypedef struct capsem_inflater:
@@ -93,6 +103,8 @@ cdef extern from "archive_file.h" nogil:
     void capsem_file_close(capsem_archive_file *f)
     int capsem_file_replaced(const capsem_archive_file *f, const char *path)
     void capsem_map_drop(const uint8_t *base, uint64_t size, uint64_t lo, uint64_t hi)
+    int ADVICE_WILLNEED
+    void capsem_map_advise(const uint8_t *base, uint64_t size, uint64_t lo, uint64_t hi, int advice, int inner)
     ctypedef struct capsem_drop_batch:
         uint64_t lo
         uint64_t hi

@@ -13,7 +13,8 @@
  * exactly the state the cursor's inflater must be left in for the next segment to decode
  * the same way. libdeflate also decodes a few constructs zlib refuses (symbols deflate leaves
  * undefined, more codes than zlib allows), so each input it decoded is then walked under
- * zlib's rules (archive_deflate_rules.c) and refused unless they hold. So success here means
+ * zlib's rules (archive_deflate_rules.c) and refused unless they hold (unless the walk's
+ * table says they were found to hold already, archive_rules_ahead.c). So success here means
  * the cursor reads the same bytes, and failure that the cursor decides. */
 #include <stdlib.h>
 #include <string.h>
@@ -99,8 +100,10 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
     int final = 0;
     while (held < need && !final) {
         capsem_segment_header h;
+        int zlib_ok = 0; /* zlib's rules already walked over this payload (archive_rules_ahead.h) */
         if (ref) {
             if (ref == ref_end || ref->at != at) return 0;
+            zlib_ok = ref->zlib_ok;
             h.raw_len = ref->raw_len;
             h.comp_len = ref->comp_len;
             h.flags = ref->flags;
@@ -151,7 +154,7 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
                                                                     dict + h.raw_len + end, &in_used, &out_used);
         if (r != LIBDEFLATE_SUCCESS || in_used != in_len || out_used != dict + h.raw_len + end) return 0;
         if (end && memcmp(*raw + held + h.raw_len, f->end_data, END_DATA) != 0) return 0;
-        if (!capsem_deflate_zlib_accepts(in, in_len)) return 0;
+        if (!zlib_ok && !capsem_deflate_zlib_accepts(in, in_len)) return 0;
         /* Segments verified before (hashes 0) are inflated again, not hashed again. */
         if (hashes) {
             if (nseg == CAPSEM_INFLATE_MAX_SEGMENTS) {

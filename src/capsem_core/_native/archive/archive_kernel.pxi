@@ -233,6 +233,7 @@ cdef object _run_kernel(capsem_archive_file *f, _VerifyArrays a, int threads, pr
     spec.lend = NULL if buffers is None else buffers.b
     cdef const int64_t[::1] vf
     if a.walk is not None and a.walk.table.n > 0:
+        a.walk.settle()
         vf = a.walk.seg_first
         spec.segs = a.walk.table.refs
         spec.seg_first = &vf[0]

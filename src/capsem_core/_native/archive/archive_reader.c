@@ -338,7 +338,7 @@ void capsem_segment_table_free(capsem_segment_table *t) {
     t->n = t->cap = 0;
 }
 
-static int table_append(capsem_segment_table *t, uint64_t at, const capsem_segment_header *h) {
+static int table_append(capsem_segment_table *t, uint64_t at, const capsem_segment_header *h, uint8_t codec) {
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 1024;
         capsem_segment_ref *p = realloc(t->refs, cap * sizeof *p);
@@ -346,7 +346,7 @@ static int table_append(capsem_segment_table *t, uint64_t at, const capsem_segme
         t->refs = p;
         t->cap = cap;
     }
-    t->refs[t->n++] = (capsem_segment_ref){at, h->raw_len, h->comp_len, h->flags};
+    t->refs[t->n++] = (capsem_segment_ref){at, h->raw_len, h->comp_len, h->flags, codec, 0};
     return 1;
 }
 
@@ -406,7 +406,7 @@ capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t bl
             set_error(err, CAPSEM_E_SEGMENT, at, "the payload does not end on a sync flush");
             return CAPSEM_E_SEGMENT;
         }
-        if (table && !table_append(table, at, &h)) {
+        if (table && !table_append(table, at, &h, codec)) {
             set_error(err, CAPSEM_E_NOMEM, block_offset, NULL);
             return CAPSEM_E_NOMEM;
         }

@@ -70,12 +70,16 @@ typedef struct {
 } capsem_extent;
 
 /* The segment headers a walk parsed, kept so the verify kernel need not parse them again:
- * each segment's file offset and the header fields the kernel uses. */
+ * each segment's file offset and the header fields the kernel uses, its block's codec, and
+ * whether zlib's rules were found to hold for its payload already (archive_rules_ahead.h:
+ * 1 only there; the kernel walks them itself where it is 0). */
 typedef struct {
     uint64_t at; /* file offset of the segment header */
     uint32_t raw_len;
     uint32_t comp_len;
     uint8_t flags;
+    uint8_t codec;
+    uint8_t zlib_ok;
 } capsem_segment_ref;
 
 typedef struct {

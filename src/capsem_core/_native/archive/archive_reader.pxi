@@ -346,11 +346,13 @@ cdef class ArchiveReader:
             _raise_error(&e, self.path)
         return ext.codec, ext.raw_len, ext.segments, bool(ext.final)
 
-    def walk_extents(self, block_offsets, disk_lens):
+    def walk_extents(self, block_offsets, disk_lens, *, bint rules=False):
         """walk_extent over many extents in one native pass, keeping the segment headers it
         parsed (an ExtentWalk, which verify_bodies_with takes so the kernel need not parse
         them again). An extent that fails is a (position, ArchiveError) in ``failures``; its
-        raw_len and segments are 0 and none of its segments is kept."""
+        raw_len and segments are 0 and none of its segments is kept. With ``rules``, a thread
+        then walks zlib's rules over the deflate payloads kept, ahead of the kernel
+        (``ExtentWalk.rules_settled``)."""
         self._check_open()
         offs = _i64(block_offsets)
         lens = _i64(disk_lens)
@@ -371,6 +373,7 @@ cdef class ArchiveReader:
         cdef uint64_t b, d
         cdef size_t kept
         cdef int refreshed = 0
+        cdef uint64_t asked = 0
         cdef capsem_drop_batch dropped
         dropped.lo = dropped.hi = 0
         # Flushed however the walk ends (a MemoryError, an interrupt): no batch stays mapped.
@@ -390,6 +393,11 @@ cdef class ArchiveReader:
                     self._refresh()  # once: the file may have grown since it was mapped
                     refreshed = 1
                 kept = walk.table.n
+                if rules and b + d > asked and b < self.f.size:
+                    # The rules walk reads every payload next: the file is asked for a window
+                    # ahead of the headers (from a cold cache one fault per header otherwise).
+                    asked = b + CAPSEM_RULES_AHEAD_WINDOW if self.f.size - b > CAPSEM_RULES_AHEAD_WINDOW else self.f.size
+                    capsem_map_advise(self.f.map, self.f.size, b, asked, ADVICE_WILLNEED, 0)
                 with nogil:
                     st = capsem_guarded_walk_extent(self.f.map, self.f.size, b, d, &ext, &e, &walk.table)
                     # Headers only, each at most once: the pages they lie on need not stay mapped.
@@ -407,6 +415,10 @@ cdef class ArchiveReader:
         finally:
             capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
         vf[n] = <int64_t>walk.table.n
+        cdef int err = 0
+        if rules and walk.table.n:
+            # Only a head start: where no thread can run, the kernel walks every payload.
+            walk.rules = capsem_rules_ahead_start(self.f.fd, walk.table.refs, walk.table.n, &err)
         return walk
 
     def fileno(self):
@@ -493,11 +505,37 @@ cdef class ExtentWalk:
     segment count (0 for a failed one), the failures as (position, ArchiveError), and the
     parsed segment headers, kept natively for the verify kernel."""
     cdef capsem_segment_table table
+    cdef capsem_rules_ahead *rules
     cdef readonly object block_offset, raw_len, segments, seg_first
     cdef readonly list failures
 
     def __dealloc__(self):
+        capsem_rules_ahead_finish(self.rules)   # it writes into the table
         capsem_segment_table_free(&self.table)
+
+    cdef void settle(self) noexcept:
+        """Stop the rules walk where it is (the kernel walks what it did not reach): after
+        this the table is the kernel's to read."""
+        cdef capsem_rules_ahead *r = self.rules
+        self.rules = NULL
+        with nogil:
+            capsem_rules_ahead_finish(r)
+
+    def rules_settled(self):
+        """Wait for the rules walk started by ``walk_extents(rules=True)`` to end and return
+        how many deflate payloads it found zlib accepts (0 without one, or once the kernel or
+        an earlier call has settled it)."""
+        cdef capsem_rules_ahead *r = self.rules
+        cdef size_t i, ok = 0
+        if r == NULL:
+            return 0
+        self.rules = NULL
+        with nogil:
+            capsem_rules_ahead_wait(r)
+            capsem_rules_ahead_finish(r)
+        for i in range(self.table.n):
+            ok += self.table.refs[i].zlib_ok
+        return ok
 
     @property
     def segment_count(self):
