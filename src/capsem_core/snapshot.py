@@ -302,11 +302,11 @@ class Snapshot:
         """body_blocks in this snapshot (the index's, when it has been scanned)."""
         return self._index.blocks if self._index is not None else scan_blocks(self)
 
-    def walk_extents(self, sane: np.ndarray) -> _archive.ExtentWalk:
-        """Every recorded extent of the index's blocks at ``sane`` walked in one native pass
-        on the archive reader (headers only), kept for the verify kernel."""
-        blocks = self.index().blocks
-        self.walk = self.archive().walk_extents(blocks.block_offset[sane], blocks.disk_len[sane])
+    def walk_extents(self, blocks: Blocks, sane: np.ndarray, *, rules: bool = False) -> _archive.ExtentWalk:
+        """Every extent of ``blocks`` (this snapshot's) at ``sane`` walked in one native pass
+        on the archive reader (headers only; with ``rules``, zlib's rules walked over the
+        payloads on a thread meanwhile), kept for the verify kernel."""
+        self.walk = self.archive().walk_extents(blocks.block_offset[sane], blocks.disk_len[sane], rules=rules)
         return self.walk
 
     def connect(self) -> sqlite3.Connection:

@@ -520,3 +520,49 @@ def test_an_archive_that_is_a_symlink_is_a_finding_of_the_report_and_never_read(
     assert [f.message for f in report.checks["body_archive"].findings] == [
         "session.bodies is a symbolic link; a ledger's archive must be a regular file beside session.db"]
     assert not report.sound and report.checks["verify_bodies"].status == "skipped"
+
+
+def _archive_section(db: Path, walked_blocks=None) -> dict:
+    """The body_archive section as the check fills it, from a walk of ``walked_blocks`` (a
+    function of the index's blocks) made before, or with no earlier walk."""
+    from capsem_core.check.archive import check_body_archive, walk_body_archive
+    from capsem_core.check.report import CheckResult
+    from capsem_core.snapshot import Snapshot
+
+    with Snapshot.open(db) as snapshot:
+        index = snapshot.index()
+        walked = walk_body_archive(snapshot, walked_blocks(index.blocks)) if walked_blocks else None
+        result = CheckResult("body_archive", "Body archive")
+        check_body_archive(snapshot, index, result, walked)
+        return result.to_json()
+
+
+def test_the_archive_walked_before_the_body_rows_reports_in_the_order_of_one_walk_after(ledger: Path) -> None:
+    (first, _, _), (second, raw_len, _) = blocks(ledger)[:2]
+    poke(ledger, "UPDATE body_blocks SET raw_len = -1 WHERE block_offset = ?", (first,))
+    poke(ledger, "UPDATE body_blocks SET raw_len = ? WHERE block_offset = ?", (raw_len + 5, second))
+    alone = _archive_section(ledger)
+    assert [f["code"] for f in alone["findings"]] == ["block_out_of_range", "body_past_raw_len", "raw_len_mismatch"]
+    assert list(alone["counts"]) == ["bodies", "blocks", "blocks_end", "archive_bytes", "extents_walked"]
+    assert _archive_section(ledger, lambda b: b) == alone
+    assert check_ledger(ledger).checks["body_archive"].to_json() == alone
+
+
+def test_an_archive_walk_of_other_blocks_is_not_taken_and_the_blocks_are_walked_again(ledger: Path) -> None:
+    # As when body_blocks was read on a connection of its own, before a writer's commit.
+    alone = _archive_section(ledger)
+    assert alone["findings"] == [] and alone["counts"]["extents_walked"] == len(blocks(ledger))
+    assert _archive_section(ledger, lambda b: b.take(slice(0, 1))) == alone
+
+
+def test_past_the_kept_findings_the_walk_before_still_counts_every_one(ledger: Path) -> None:
+    from capsem_core.check.report import MAX_FINDINGS_PER_CHECK
+
+    first = blocks(ledger)[0][0]
+    extra = MAX_FINDINGS_PER_CHECK + 20
+    for k in range(extra):   # blocks recorded inside the first one: an overlap each
+        sql(ledger, "INSERT INTO body_blocks VALUES (?, 1, 1, 't')", (first + 1 + k,))
+    section = check_ledger(ledger).checks["body_archive"]
+    assert len(section.findings) == MAX_FINDINGS_PER_CHECK
+    assert section.findings_total >= extra
+    assert section.to_json() == _archive_section(ledger)

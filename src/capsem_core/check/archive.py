@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from capsem_core._native import _errors
 from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
-from capsem_core.bodies.body_index import BodyIndex
+from capsem_core.bodies.body_index import Blocks, BodyIndex
 from capsem_core.check.report import ERROR, CheckResult, Finding
 from capsem_core.errors import ArchiveError, LedgerError
 from capsem_core.snapshot import Snapshot
@@ -37,24 +38,98 @@ def has_body_index(tables: set[str]) -> bool:
     return all(t in tables for t in BODY_INDEX_TABLES)
 
 
-def check_body_archive(snapshot: Snapshot, index: BodyIndex | None, result: CheckResult) -> bool:
-    """Fill ``result`` with every disagreement of ``index`` (the snapshot's, None for a ledger
-    with no body index) with itself and with the file; True when nothing was found, so the
-    bodies may be read back."""
-    if index is None:
-        result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
-        return False
-    blocks = index.blocks
-    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
-    b_blk, b_off, b_len = index.block_offset, index.body_offset, index.body_len
+class ArchiveWalk(NamedTuple):
+    """What the archive check finds from body_blocks and session.bodies alone, before the body
+    rows are read: findings on the block rows (``rows``), then on the blocks against each
+    other, the file and its extents (``file``), and the counts they give."""
 
+    blocks: Blocks
+    rows: CheckResult
+    file: CheckResult
+    counts: dict[str, int | None]
+
+
+def walk_body_archive(snapshot: Snapshot, blocks: Blocks, *, rules: bool = False) -> ArchiveWalk:
+    """The part of the archive check that needs no body row: ``blocks`` (the snapshot's
+    body_blocks) bounded, against each other and against session.bodies, every extent's
+    segment headers walked. A check runs it while the body index is still being read (from a
+    cold cache, until the end of session.db); with ``rules`` (every body will be read back)
+    zlib's rules are walked over the payloads meanwhile, ahead of the verify kernel."""
+    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
+    rows, file = CheckResult("body_archive", ""), CheckResult("body_archive", "")
     # Every value is bounded before numpy adds it to another, so no sum can wrap int64: a
     # block row out of bounds is its own finding and takes no part in the sums and walks below.
-    sane = _check_block_rows(k_off, k_raw, k_disk, result)
+    sane = _check_block_rows(k_off, k_raw, k_disk, rows)
     s_off, s_disk = k_off[sane], k_disk[sane]
     s_end = s_off + s_disk
     blocks_end = int(s_end.max()) if len(s_off) else 0
-    result.counts.update(bodies=int(len(b_blk)), blocks=int(len(k_off)), blocks_end=blocks_end,
+    counts: dict[str, int | None] = {"blocks": len(k_off), "blocks_end": blocks_end, "archive_bytes": None,
+                                     "extents_walked": 0}
+    walked = ArchiveWalk(blocks, rows, file, counts)
+
+    # The blocks against each other: none may start inside the file header or inside the
+    # extent of the block before it (the doctor does not look at this).
+    for i in np.flatnonzero(s_off < FILE_HEADER_BYTES).tolist():
+        off = int(s_off[i])
+        file.add(Finding("block_in_file_header", ERROR,
+                         f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
+                         location={"block_offset": off}))
+    for i in (np.flatnonzero(s_off[1:] < s_end[:-1]) + 1).tolist():
+        off, prev = int(s_off[i]), int(s_off[i - 1])
+        file.add(Finding("block_overlap", ERROR,
+                         f"block at offset {off} starts inside the block at offset {prev}, "
+                         f"which ends at {int(s_end[i - 1])}",
+                         location={"block_offset": off}))
+
+    # The file against the index.
+    bodies_path = snapshot.bodies_path
+    try:
+        st = os.lstat(bodies_path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise LedgerError(f"cannot stat: {exc.strerror}", bodies_path) from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        file.add(Finding("archive_not_regular", ERROR,
+                         f"session.bodies is {what}; a ledger's archive must be a regular file beside session.db"))
+        return walked
+    size = None if st is None else st.st_size
+    if size is None:
+        if len(k_off) > 0:
+            file.add(Finding("archive_missing", ERROR, f"session.bodies is missing and {len(k_off)} blocks are recorded"))
+        return walked
+    counts["archive_bytes"] = size
+    if size < blocks_end:
+        file.add(Finding("archive_short", ERROR,
+                         f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
+        return walked
+    try:
+        # The one open of session.bodies: the native open checks the file header.
+        snapshot.archive()
+    except ArchiveError as exc:
+        file.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
+        return walked
+    counts["extents_walked"] = _walk_extents(snapshot, blocks, sane, file, rules)
+    return walked
+
+
+def check_body_archive(snapshot: Snapshot, index: BodyIndex | None, result: CheckResult,
+                       walked: ArchiveWalk | None = None) -> bool:
+    """Fill ``result`` with every disagreement of ``index`` (the snapshot's, None for a ledger
+    with no body index) with itself and with the file; True when nothing was found, so the
+    bodies may be read back. ``walked``: ``walk_body_archive`` run earlier in the snapshot
+    (taken when its blocks are the index's, else walked again here)."""
+    if index is None:
+        result.add(Finding("no_body_index", ERROR, "No body index: this ledger predates the body archive"))
+        return False
+    if walked is None or not _same_blocks(walked.blocks, index.blocks):
+        walked = walk_body_archive(snapshot, index.blocks)
+    _carry(walked.rows, result)
+    counts = walked.counts
+    k_off, k_raw = index.blocks.block_offset, index.blocks.raw_len
+    b_blk, b_off, b_len = index.block_offset, index.body_offset, index.body_len
+    result.counts.update(bodies=int(len(b_blk)), blocks=counts["blocks"], blocks_end=counts["blocks_end"],
                          archive_bytes=None, extents_walked=0)
 
     # The index against itself: every body names a recorded block and fits in its raw bytes.
@@ -78,52 +153,22 @@ def check_body_archive(snapshot: Snapshot, index: BodyIndex | None, result: Chec
         result.add(Finding("body_past_raw_len", ERROR,
                            f"{overruns} bodies run past the end of their block's raw bytes", count=overruns))
 
-    # The blocks against each other: none may start inside the file header or inside the
-    # extent of the block before it (the doctor does not look at this).
-    for i in np.flatnonzero(s_off < FILE_HEADER_BYTES).tolist():
-        off = int(s_off[i])
-        result.add(Finding("block_in_file_header", ERROR,
-                           f"block at offset {off} starts inside the {FILE_HEADER_BYTES}-byte file header",
-                           location={"block_offset": off}))
-    for i in (np.flatnonzero(s_off[1:] < s_end[:-1]) + 1).tolist():
-        off, prev = int(s_off[i]), int(s_off[i - 1])
-        result.add(Finding("block_overlap", ERROR,
-                           f"block at offset {off} starts inside the block at offset {prev}, "
-                           f"which ends at {int(s_end[i - 1])}",
-                           location={"block_offset": off}))
-
-    # The file against the index.
-    bodies_path = snapshot.bodies_path
-    try:
-        st = os.lstat(bodies_path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise LedgerError(f"cannot stat: {exc.strerror}", bodies_path) from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-        result.add(Finding("archive_not_regular", ERROR,
-                           f"session.bodies is {what}; a ledger's archive must be a regular file beside session.db"))
-        return False
-    size = None if st is None else st.st_size
-    if size is None:
-        if len(k_off) > 0:
-            result.add(Finding("archive_missing", ERROR,
-                               f"session.bodies is missing and {len(k_off)} blocks are recorded"))
-        return False
-    result.counts["archive_bytes"] = size
-    if size < blocks_end:
-        result.add(Finding("archive_short", ERROR,
-                           f"session.bodies is {size} bytes but its last recorded block ends at {blocks_end}"))
-        return False
-    try:
-        # The one open of session.bodies: the native open checks the file header.
-        snapshot.archive()
-    except ArchiveError as exc:
-        result.add(Finding("bad_file_header", ERROR, f"{bodies_path} is not a capsem body archive ({exc.detail})"))
-        return False
-    _walk_extents(snapshot, index, sane, result)
+    _carry(walked.file, result)
+    result.counts.update(archive_bytes=counts["archive_bytes"], extents_walked=counts["extents_walked"])
     return result.findings_total == 0
+
+
+def _same_blocks(a: Blocks, b: Blocks) -> bool:
+    return a is b or (np.array_equal(a.block_offset, b.block_offset) and np.array_equal(a.raw_len, b.raw_len)
+                      and np.array_equal(a.disk_len, b.disk_len))
+
+
+def _carry(found: CheckResult, result: CheckResult) -> None:
+    """``found``'s findings into ``result``, as if added there in the same order (those past
+    ``found``'s own limit were only counted: so are they here)."""
+    for finding in found.findings:
+        result.add(finding)
+    result.findings_total += found.findings_total - len(found.findings)
 
 
 def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: CheckResult) -> Mask:
@@ -154,13 +199,14 @@ def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: Chec
     return ~bad
 
 
-def _walk_extents(snapshot: Snapshot, index: BodyIndex, sane: Mask, result: CheckResult) -> None:
+def _walk_extents(snapshot: Snapshot, blocks: Blocks, sane: Mask, result: CheckResult, rules: bool) -> int:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
     at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated).
-    One native pass; the segment headers it parsed are kept for the verify kernel."""
-    blocks = index.blocks.take(sane)
-    k_off, k_raw, k_disk = blocks.block_offset, blocks.raw_len, blocks.disk_len
-    walk = snapshot.walk_extents(sane)
+    One native pass; the segment headers it parsed are kept for the verify kernel. Returns
+    how many extents walked sound."""
+    sound = blocks.take(sane)
+    k_off, k_raw, k_disk = sound.block_offset, sound.raw_len, sound.disk_len
+    walk = snapshot.walk_extents(blocks, sane, rules=rules)
     failed = np.zeros(len(k_off), dtype=bool)
     for i, exc in walk.failures:
         failed[i] = True
@@ -173,7 +219,7 @@ def _walk_extents(snapshot: Snapshot, index: BodyIndex, sane: Mask, result: Chec
         result.add(Finding("raw_len_mismatch", ERROR,
                            f"block at offset {off} records raw_len {int(k_raw[i])} but its segments hold "
                            f"{int(walk.raw_len[i])} raw bytes", location={"block_offset": off}))
-    result.counts["extents_walked"] = int(len(k_off) - len(walk.failures))
+    return int(len(k_off) - len(walk.failures))
 
 
 def _table_kinds() -> dict[str, str]:
@@ -194,4 +240,5 @@ def kind_of(exc: ArchiveError) -> str:
     return _KINDS.get(type(exc).__name__, "archive")
 
 
-__all__ = ["BODY_INDEX_TABLES", "MAX_EXTENT_BYTES", "check_body_archive", "has_body_index", "kind_of"]
+__all__ = ["BODY_INDEX_TABLES", "MAX_EXTENT_BYTES", "ArchiveWalk", "check_body_archive", "has_body_index", "kind_of",
+           "walk_body_archive"]

@@ -24,7 +24,7 @@ from capsem_core import cores, schema
 from capsem_core._native import _pages
 from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check import identity, sql_checks
-from capsem_core.check.archive import check_body_archive, has_body_index
+from capsem_core.check.archive import ArchiveWalk, check_body_archive, has_body_index, walk_body_archive
 from capsem_core.check.report import CHECKS, ERROR, FAIL, CheckReport, CheckResult, Finding
 from capsem_core.check.route import SessionRoute, check_route, read_route, session_stopped
 from capsem_core.check.steps import Outcome, Scheduler, Step
@@ -194,14 +194,19 @@ class _Check:
         return [
             Step("schema", lambda conn: schema.check_schema(conn, self.snapshot.db_path)),
             Step("table_names", lambda conn, _schema: sql_checks.table_names(conn), needs=("schema",)),
+            # body_blocks and session.bodies before the body rows: from a cold cache the body
+            # index is read only as the stream reaches the end of session.db, and this part of
+            # the archive check (and zlib's rules over the payloads, on a thread) need not wait.
+            Step("archive_walk", self._archive_walk, needs=("table_names",)),
             # The body index before the row counts: its scan reads event_body_blobs in about file
             # order, as the read-ahead streams it, where COUNT(*) reads indexes at random (from a
             # cold cache, a wait on the disk per page until the stream has passed).
             Step("body_index", self._body_index, needs=("table_names",), transient=True,
                  release=self.snapshot.release_index),
             Step("tables", lambda conn, names: _tables(conn, names, checks["tables"]), needs=("table_names",)),
-            Step("body_archive", lambda conn, index: check_body_archive(self.snapshot, index, checks["body_archive"]),
-                 needs=("body_index",)),
+            Step("body_archive", lambda conn, index, walked: check_body_archive(self.snapshot, index,
+                                                                                checks["body_archive"], walked),
+                 needs=("body_index", "archive_walk")),
             # The doctor's other sections go to the workers where there are some: the checks'
             # own thread goes on to the bodies, which it reads back on every core.
             Step("fs_overflow", lambda conn, t: sql_checks.check_fs_overflow(conn, t.names, checks["fs_overflow"]),
@@ -230,6 +235,13 @@ class _Check:
         if not has_body_index(names):
             return None
         return self.snapshot.index(alongside=self.alongside)
+
+    def _archive_walk(self, conn: sqlite3.Connection, names: set[str]) -> ArchiveWalk | None:
+        if not has_body_index(names):
+            return None
+        # zlib's rules ahead of the kernel only where it will read every block back.
+        rules = self.report.verify_bodies and (self.options is None or self.options.whole)
+        return walk_body_archive(self.snapshot, self.snapshot.blocks(), rules=rules)
 
     def _tool_lifecycle(self, conn: sqlite3.Connection, tables: _Tables, graph: Graph | None = None) -> None:
         result = self.report.checks["tool_lifecycle"]
