@@ -25,7 +25,7 @@ Two groups, on small-mix samples (``conftest.sample_ledger``, cached in $CAPSEM_
 Every record also carries the load average before and after (``load_before``,
 ``load_after``): the machine is shared, so read ratios with it. ``test_scale_report`` prints
 the table. Run: ``python3 -m pytest bench/bench_scale.py -q -s``
-(``CAPSEM_BENCH_SCALE_ROUNDS``, default 3, and ``CAPSEM_BENCH_COLD_ROUNDS``, default 2).
+(``CAPSEM_BENCH_SCALE_ROUNDS``, default 3, and ``CAPSEM_BENCH_COLD_ROUNDS``, default 5).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ SIZES = (500_000, 1_000_000, 2_000_000) + ((4_000_000,) if HUGE else ())
 # Per-row cost targets: (bodies, compared with, at most this many times the smaller's cost).
 PER_ROW_TARGETS = {2_000_000: (500_000, 1.15), 4_000_000: (1_000_000, 1.2)}
 ROUNDS = int(os.environ.get("CAPSEM_BENCH_SCALE_ROUNDS", "3"))
-COLD_ROUNDS = int(os.environ.get("CAPSEM_BENCH_COLD_ROUNDS", "2"))
+COLD_ROUNDS = int(os.environ.get("CAPSEM_BENCH_COLD_ROUNDS", "5"))
 RSS_FIXED = 256 << 20
 RSS_PER_ROW = 160
 COLD_TARGET = 1.2
