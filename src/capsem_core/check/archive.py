@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from capsem_core._native import _errors
+from capsem_core._native import _errors, _index
 from capsem_core._native._archive import FILE_HEADER_BYTES, MAX_BLOCK_RAW_BYTES
 from capsem_core.bodies.body_index import Blocks, BodyIndex
 from capsem_core.check.report import ERROR, CheckResult, Finding
@@ -127,28 +127,21 @@ def check_body_archive(snapshot: Snapshot, index: BodyIndex | None, result: Chec
         walked = walk_body_archive(snapshot, index.blocks)
     _carry(walked.rows, result)
     counts = walked.counts
-    k_off, k_raw = index.blocks.block_offset, index.blocks.raw_len
-    b_blk, b_off, b_len = index.block_offset, index.body_offset, index.body_len
-    result.counts.update(bodies=int(len(b_blk)), blocks=counts["blocks"], blocks_end=counts["blocks_end"],
+    result.counts.update(bodies=len(index), blocks=counts["blocks"], blocks_end=counts["blocks_end"],
                          archive_bytes=None, extents_walked=0)
 
-    # The index against itself: every body names a recorded block and fits in its raw bytes.
-    slot = np.searchsorted(k_off, b_blk)
-    inside = slot < len(k_off)
-    recorded = np.zeros(len(b_blk), dtype=bool)
-    recorded[inside] = k_off[slot[inside]] == b_blk[inside]
-    dangling = int(len(b_blk) - np.count_nonzero(recorded))
+    # The index against itself: every body names a recorded block and fits in its raw bytes
+    # (one native pass: at a million rows numpy's masks and gathers cost 35 ms and 40 MB).
+    dangling, stray, overruns = _index.spans_against_blocks(
+        index.blocks.block_offset, index.blocks.raw_len, index.block_offset, index.body_offset, index.body_len,
+        MAX_BLOCK_RAW_BYTES)
     if dangling:
         result.add(Finding("dangling_block", ERROR,
                            f"{dangling} bodies name a block body_blocks does not record", count=dangling))
-    in_bounds = (b_off >= 0) & (b_off <= MAX_BLOCK_RAW_BYTES) & (b_len >= 0) & (b_len <= MAX_BLOCK_RAW_BYTES)
-    stray = int(len(b_blk) - np.count_nonzero(in_bounds))
     if stray:
         result.add(Finding("span_out_of_range", ERROR,
                            f"{stray} bodies record a span no block can hold (body_offset and body_len must "
                            f"each lie in 0..{MAX_BLOCK_RAW_BYTES}, a block's most raw bytes)", count=stray))
-    fits = recorded & in_bounds
-    overruns = int(np.count_nonzero(b_off[fits] + b_len[fits] > k_raw[slot[fits]]))
     if overruns:
         result.add(Finding("body_past_raw_len", ERROR,
                            f"{overruns} bodies run past the end of their block's raw bytes", count=overruns))

@@ -535,3 +535,6 @@ def parse_body_hash(text):
     if capsem_parse_body_hash(b, len(b), out):
         return bytes(out[:32])
     return None
+
+
+include "index_spans.pxi"
