@@ -566,3 +566,26 @@ def test_past_the_kept_findings_the_walk_before_still_counts_every_one(ledger: P
     assert len(section.findings) == MAX_FINDINGS_PER_CHECK
     assert section.findings_total >= extra
     assert section.to_json() == _archive_section(ledger)
+
+
+@pytest.mark.parametrize(("verify", "options", "rules"), [
+    (True, None, True), (False, None, False), (True, "incremental", False), (True, "subset", False)])
+def test_zlibs_rules_are_walked_ahead_only_where_every_block_is_read_back(ledger: Path, monkeypatch, verify: bool,
+                                                                           options: str | None, rules: bool,
+                                                                           tmp_path: Path) -> None:
+    from capsem_core.check.incremental import VerifyOptions
+    from capsem_core.check.subset import Subset
+    from capsem_core.snapshot import Snapshot
+
+    asked: list[bool] = []
+    walk_extents = Snapshot.walk_extents
+
+    def recording(self, blocks, sane, *, rules=False):   # type: ignore[no-untyped-def]
+        asked.append(rules)
+        return walk_extents(self, blocks, sane, rules=rules)
+
+    monkeypatch.setattr(Snapshot, "walk_extents", recording)
+    chosen = {None: None, "incremental": VerifyOptions(incremental=True, record_dir=tmp_path),
+              "subset": VerifyOptions(subset=Subset.parse("1/2"))}[options]
+    report = check_ledger(ledger, verify_bodies=verify, options=chosen)
+    assert report.sound and asked == [rules]

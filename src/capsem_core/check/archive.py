@@ -4,9 +4,11 @@ Trusting neither the index nor the file, it bounds every body_blocks value befor
 (so no sum wraps int64), finds bodies naming no recorded block or running past their
 block's raw bytes, blocks inside the file header or overlapping each other, a missing,
 short or foreign archive, and walks every recorded extent's segment headers (nothing is
-inflated). Whole-index work is numpy over the snapshot's body index; nothing makes a Python
-object per body. The archive is opened once, by the snapshot (``Snapshot.archive``: its open
-checks the file header), and the extent walk is kept there for the verify kernel.
+inflated). What needs no body row (``walk_body_archive``) runs before the body index is read;
+the body rows are then counted against the blocks in one native pass
+(``_index.spans_against_blocks``), and nothing makes a Python object per body. The archive is
+opened once, by the snapshot (``Snapshot.archive``: its open checks the file header), and the
+extent walk is kept there for the verify kernel.
 """
 
 from __future__ import annotations
