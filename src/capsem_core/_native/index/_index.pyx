@@ -19,7 +19,8 @@ import _sqlite3
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memset
 
 from capsem_core._native import _errors
 
@@ -58,8 +59,6 @@ cdef extern from *:
     """
     sqlite3_db *capsem_pysqlite_db(object conn)
     int capsem_same_libsqlite3(const char *module_path)
-
-from libc.string cimport memcpy
 
 cdef extern from "body_hash.h" nogil:
     int capsem_parse_body_hash(const unsigned char *text, int len, uint8_t *out)
@@ -392,9 +391,10 @@ def archive_order(dict rows):
     and rows written in another order than their bodies were staged, are not); a stable sort
     on one packed key is then close to a linear pass.
 
-    ``rows`` is consumed: each column leaves it as its sorted copy is made, so a column the
-    caller holds no other reference to is freed at once (the index's peak is then one column
-    more than the index, not twice the index)."""
+    ``rows`` is consumed: each column is sorted in place (``permute_in_place``) where it is
+    C-contiguous and writeable, so the caller must hold no other reference to it, else it
+    leaves ``rows`` as its sorted copy is made (the index's peak is then the index and the
+    order, not the index and its widest column twice)."""
     blk, off, ids = rows["block_offset"], rows["body_offset"], rows["id"]
     n = blk.shape[0]
     if n < 2:
@@ -411,9 +411,16 @@ def archive_order(dict rows):
     del blk, off, ids
     names = list(rows)
     out = {}
-    # Narrow columns first and the digests last: the widest copy is made when the rest are done.
+    # Each column in place where it can be (no sorted copy beside it), else copied: narrow
+    # columns first and the digests last, so the widest copy is made when the rest are done.
     for name in sorted(names, key=lambda k: rows[k].nbytes):
-        out[name] = np.take(rows.pop(name), order, axis=0)
+        column = rows.pop(name)
+        if column.flags.c_contiguous and column.flags.writeable:
+            permute_in_place(column, order)
+            out[name] = column
+        else:
+            out[name] = np.take(column, order, axis=0)
+        del column
     return {name: out[name] for name in names}
 
 
@@ -538,3 +545,4 @@ def parse_body_hash(text):
 
 
 include "index_spans.pxi"
+include "index_order.pxi"
