@@ -6,8 +6,10 @@ every step of the report with what it needs, and hands them to the one scheduler
 (``steps.py``), which runs them on the cores: the page check's jobs (``quick_check`` per
 table and the page map, or one whole-file ``quick_check`` when a -wal holds pages), the
 identity graph's reads (from the start, beside the page map and the body index) and the
-doctor's other sections on any connection of the snapshot; the schema, the body index, the
-row counts, the archive check and the bodies' verification on the checks' own connection. A
+doctor's other sections on any connection of the snapshot; the schema, the archive check's
+walk of the blocks and session.bodies (before the body index), the body index, the row
+counts, the archive check of the body rows and the bodies' verification on the checks' own
+connection. A
 damaged page check ends the report there (as the doctor's does: the other sections are thrown
 away); else the first failure is raised; else the verification record of --verify-bodies
 --incremental is written.
