@@ -100,3 +100,15 @@ def test_a_walk_dropped_or_its_reader_closed_while_the_rules_run_leaves_no_threa
             del walk
             reader.close()
     assert _threads() == before
+
+
+def test_a_walk_with_failures_starts_no_rules_walk(sound, tmp_path: Path) -> None:
+    # The kernel does not take a walk that found a bad extent: nothing to walk ahead for.
+    _, db = sound
+    with Snapshot.open(db) as snapshot:
+        blocks = snapshot.blocks()
+        lens = blocks.disk_len.copy()
+        lens[0] += 1   # an extent that does not end on a segment boundary
+        walk = snapshot.archive().walk_extents(blocks.block_offset, lens, rules=True)
+        assert walk.failures and walk.segment_count > 0
+        assert walk.rules_settled() == 0

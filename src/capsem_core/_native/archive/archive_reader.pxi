@@ -416,8 +416,9 @@ cdef class ArchiveReader:
             capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
         vf[n] = <int64_t>walk.table.n
         cdef int err = 0
-        if rules and walk.table.n:
-            # Only a head start: where no thread can run, the kernel walks every payload.
+        if rules and walk.table.n and not walk.failures:
+            # Only a head start: where no thread can run, the kernel walks every payload. A
+            # walk with failures is one the kernel does not take: nothing to walk ahead for.
             walk.rules = capsem_rules_ahead_start(self.f.fd, walk.table.refs, walk.table.n, &err)
         return walk
 
