@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 
 from capsem_core import db, memory
 from capsem_core._native import _archive, _pages
@@ -302,11 +301,11 @@ class Snapshot:
         """body_blocks in this snapshot (the index's, when it has been scanned)."""
         return self._index.blocks if self._index is not None else scan_blocks(self)
 
-    def walk_extents(self, blocks: Blocks, sane: np.ndarray, *, rules: bool = False) -> _archive.ExtentWalk:
-        """Every extent of ``blocks`` (this snapshot's) at ``sane`` walked in one native pass
-        on the archive reader (headers only; with ``rules``, zlib's rules walked over the
-        payloads on a thread meanwhile), kept for the verify kernel."""
-        self.walk = self.archive().walk_extents(blocks.block_offset[sane], blocks.disk_len[sane], rules=rules)
+    def walk_extents(self, blocks: Blocks, *, rules: bool = False) -> _archive.ExtentWalk:
+        """Every extent of ``blocks`` (this snapshot's, or those of them to walk) walked in one
+        native pass on the archive reader (headers only; with ``rules``, zlib's rules walked
+        over the payloads on a thread meanwhile), kept for the verify kernel."""
+        self.walk = self.archive().walk_extents(blocks.block_offset, blocks.disk_len, rules=rules)
         return self.walk
 
     def connect(self) -> sqlite3.Connection:

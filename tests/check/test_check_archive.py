@@ -580,9 +580,9 @@ def test_zlibs_rules_are_walked_ahead_only_where_every_block_is_read_back(ledger
     asked: list[bool] = []
     walk_extents = Snapshot.walk_extents
 
-    def recording(self, blocks, sane, *, rules=False):   # type: ignore[no-untyped-def]
+    def recording(self, blocks, *, rules=False):   # type: ignore[no-untyped-def]
         asked.append(rules)
-        return walk_extents(self, blocks, sane, rules=rules)
+        return walk_extents(self, blocks, rules=rules)
 
     monkeypatch.setattr(Snapshot, "walk_extents", recording)
     chosen = {None: None, "incremental": VerifyOptions(incremental=True, record_dir=tmp_path),

@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from capsem_core import verify as _verify
@@ -65,7 +64,7 @@ def test_the_payload_zlib_refuses_is_left_to_the_kernel_which_still_calls_it_dam
     assert want[0] == 0 and {f[8] for f in want[1]} == {"inflate"}
     with Snapshot.open(db) as snapshot:
         index = snapshot.index()
-        walk = snapshot.walk_extents(index.blocks, np.ones(len(index.blocks), bool), rules=True)
+        walk = snapshot.walk_extents(index.blocks, rules=True)
         # Three segments: the forged one, the second body's and the FINAL one.
         assert walk.segment_count == 3 and walk.rules_settled() == 2
         for threads in (1, 2):
@@ -79,7 +78,7 @@ def test_a_sound_archive_verifies_the_same_with_the_rules_walked_ahead(sound) ->
     assert want[1] == []
     with Snapshot.open(db) as snapshot:
         index = snapshot.index()
-        walk = snapshot.walk_extents(index.blocks, np.ones(len(index.blocks), bool), rules=True)
+        walk = snapshot.walk_extents(index.blocks, rules=True)
         walk.rules_settled()
         done = _verify.run(snapshot, threads=2)
         assert (done.verified, [tuple(f) for f in done.faults]) == want
@@ -90,7 +89,7 @@ def test_the_kernel_started_while_the_rules_walk_runs_stops_it_and_walks_the_res
     want = kernel(db)
     with Snapshot.open(db) as snapshot:
         index = snapshot.index()
-        snapshot.walk_extents(index.blocks, np.ones(len(index.blocks), bool), rules=True)
+        snapshot.walk_extents(index.blocks, rules=True)
         done = _verify.run(snapshot, threads=2)   # at once: the walk is stopped wherever it is
         assert (done.verified, [tuple(f) for f in done.faults]) == want
         assert snapshot.walk is not None and snapshot.walk.rules_settled() == 0

@@ -201,7 +201,7 @@ def _walk_extents(snapshot: Snapshot, blocks: Blocks, sane: Mask, result: CheckR
     how many extents walked sound."""
     sound = blocks.take(sane)
     k_off, k_raw, k_disk = sound.block_offset, sound.raw_len, sound.disk_len
-    walk = snapshot.walk_extents(blocks, sane, rules=rules)
+    walk = snapshot.walk_extents(sound, rules=rules)
     failed = np.zeros(len(k_off), dtype=bool)
     for i, exc in walk.failures:
         failed[i] = True
