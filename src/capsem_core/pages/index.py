@@ -108,7 +108,7 @@ def read_index(pages: _pages.PageFile, conn: sqlite3.Connection, *, keys: bool =
         alongside.columns = alongside.keep(read) if alongside.keep is not None else read
         del read
         alongside.odd = frozenset(name for (_c, name), odd in zip(columns, scanned.odd) if odd and name in extra_names)
-    del scanned   # from here each array has one holder, so archive_order frees what it has sorted
+    del scanned   # from here each array has one holder: archive_order sorts it in place
     state, digest = values.pop("body_hash"), data["body_hash"]
     assert digest is not None
     key_rows: dict[str, Any] = {}

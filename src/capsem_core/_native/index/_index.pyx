@@ -391,10 +391,10 @@ def archive_order(dict rows):
     and rows written in another order than their bodies were staged, are not); a stable sort
     on one packed key is then close to a linear pass.
 
-    ``rows`` is consumed: each column is sorted in place (``permute_in_place``) where it is
-    C-contiguous and writeable, so the caller must hold no other reference to it, else it
-    leaves ``rows`` as its sorted copy is made (the index's peak is then the index and the
-    order, not the index and its widest column twice)."""
+    ``rows`` is consumed: a column that is C-contiguous and writeable is sorted in place
+    (``permute_in_place``: any other reference to it sees it sorted), any other leaves ``rows``
+    as its sorted copy is made. The index's peak is then the index and the order, not the
+    index and its widest column twice."""
     blk, off, ids = rows["block_offset"], rows["body_offset"], rows["id"]
     n = blk.shape[0]
     if n < 2:
