@@ -201,6 +201,13 @@ def test_tables_the_rules_do_not_cover_are_checked_by_sqlite(tmp_path: Path, cre
     conn.execute("CREATE TABLE plain (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
     conn.executemany("INSERT INTO plain (v) VALUES (?)", [("x",)] * 20)
     conn.close()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        schema = page_check.read_schema(conn)
+    finally:
+        conn.close()
+    # Only "plain" goes to the page map (t and sqlite_schema straight to SQLite), and only it is proved.
+    assert page_check.provable(schema) == {"plain"}
     assert _proved(db) == {"plain"}
     result = check_pages(db, threads=1)
     assert result.counts["damaged"] is False and result.counts["tables_proved"] == 1
