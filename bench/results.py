@@ -33,6 +33,26 @@ def _memory() -> str:
         return "unknown"
 
 
+def _page_cache() -> str:
+    """What moves the cold-cache figures on a virtual machine: whether free memory is reported
+    back to the host (refilling it then costs a fault in the host per page; an order above 10,
+    the largest free block of a kernel with 4 KiB pages, reports nothing), and huge pages."""
+    parts = []
+    try:
+        order = int(Path("/sys/module/page_reporting/parameters/page_reporting_order").read_text())
+        parts.append(f"free page reporting to the host on (blocks of 2^{order} pages)" if order <= 10
+                     else f"free page reporting off (order {order})")
+    except (OSError, ValueError):
+        parts.append("no free page reporting")
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().split()
+        chosen = next((w.strip("[]") for w in thp if w.startswith("[")), "unknown")
+        parts.append(f"transparent huge pages {chosen}")
+    except OSError:
+        pass
+    return ", ".join(parts)
+
+
 def machine() -> list[str]:
     """What the figures depend on: processor, cores this process may use, memory, system,
     the interpreter and the libraries, and how busy the machine was."""
@@ -50,6 +70,7 @@ def machine() -> list[str]:
             f"- System: {platform.system()} {platform.release()}",
             f"- Python {sys.version.split()[0]}, numpy {numpy.__version__}, SQLite {sqlite3.sqlite_version}, "
             f"capsem-core {capsem_core.__version__}, BLAKE3 level {_blake3.simd_level()}",
+            f"- Memory: {_page_cache()}",
             f"- Load average at the end of the run: {load}"]
 
 
