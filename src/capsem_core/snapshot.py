@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-
 from capsem_core import db, memory
 from capsem_core._native import _archive, _pages
 from capsem_core.bodies.body_index import BodyIndex, Blocks
