@@ -213,6 +213,13 @@ def test_tables_the_rules_do_not_cover_are_checked_by_sqlite(tmp_path: Path, cre
     assert result.counts["damaged"] is False and result.counts["tables_proved"] == 1
 
 
+def test_a_schema_without_rules_leaves_every_table_to_sqlite() -> None:
+    schema = page_check.Schema(("t",), (1, 2), {1: "table sqlite_schema", 2: "table t"}, ("sqlite_schema", "t"))
+    assert page_check.provable(schema) == frozenset()
+    ruled = schema._replace(rules=(None, (2, 0, 0, 0, 0)))   # t: a table of two columns, no constraint
+    assert page_check.provable(ruled) == {"t"}
+
+
 def test_an_auto_vacuum_file_is_left_to_sqlite(tmp_path: Path) -> None:
     db = tmp_path / "session.db"
     _build(db, 3, vacuum=True)

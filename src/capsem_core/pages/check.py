@@ -162,8 +162,6 @@ def _table_rules(conn: sqlite3.Connection) -> dict[str, Rule]:
 def provable(schema: Schema) -> frozenset[str]:
     """The tables the page map may prove: every tree of each has a rule (one pass over the
     trees; asked table by table, it cost a check of a small ledger a millisecond)."""
-    if not schema.rules:
-        return frozenset()
     ruled: set[str] = set()
     unruled: set[str] = set()
     for table, rule in zip(schema.table_of, schema.rules):
