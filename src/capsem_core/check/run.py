@@ -167,7 +167,7 @@ class _Check:
         # page); the others, and sqlite_schema, are checked by SQLite, after it.
         steps = [Step("page_map", lambda conn: page_check.walk(pages, schema_), pool=True, cost=_AHEAD, verdict=True)]
         proof = page_check.provable(schema_)
-        for table, cost in page_check.jobs(pages, schema_):
+        for table, cost in page_check.jobs(pages, schema_, proof):
             if table in proof:
                 steps.append(Step(f"quick_check:{table}", lambda conn, walk, t=table: self._table_lines(conn, walk, t),
                                   needs=("page_map",), pool=True, cost=cost, verdict=True))

@@ -169,13 +169,13 @@ def provable(schema: Schema) -> frozenset[str]:
     return frozenset(ruled - unruled)
 
 
-def jobs(pages: _pages.PageFile, schema: Schema) -> list[tuple[str, float]]:
-    """The per-table checks with their costs, largest first. Only the tables SQLite checks
-    whatever the page map finds are sized, from each tree's left-most path (from a cold cache
-    a few reads at random, which wait behind the read-ahead: 0.07-0.5 s on the 1M small
-    sample, before any step could start); a table the page map may prove costs 0, its check
-    being "ok" once the page map is done, or SQLite's after it."""
-    proof = provable(schema)
+def jobs(pages: _pages.PageFile, schema: Schema, proof: frozenset[str]) -> list[tuple[str, float]]:
+    """The per-table checks with their costs, largest first, ``proof`` being what
+    ``provable(schema)`` gave. Only the tables SQLite checks whatever the page map finds are
+    sized, from each tree's left-most path (from a cold cache a few reads at random, which wait
+    behind the read-ahead: 0.07-0.5 s on the 1M small sample, before any step could start); a
+    table the page map may prove costs 0, its check being "ok" once the page map is done, or
+    SQLite's after it."""
     sized = [(root, table) for root, table in zip(schema.roots, schema.table_of) if table not in proof]
     sizes: dict[str, float] = {name: 0.0 for name in schema.tables}
     sizes[SCHEMA_TABLE] = 0.0
