@@ -64,6 +64,8 @@ CAPSEM_R_NOT_REGULAR: int
 CAPSEM_R_IO: int
 CAPSEM_R_INDEX_OPEN: int
 CAPSEM_R_INDEX_READ: int
+CAPSEM_R_TABLE_OPEN: int
+CAPSEM_R_TABLE_READ: int
 
 def status(code: int) -> Status: ...
 def report_code(status: int, hash_mismatch: bool = False) -> int: ...

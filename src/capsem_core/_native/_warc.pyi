@@ -13,8 +13,10 @@ MAX_RECORD_BYTES: int
 class GzipMembers:
     """A pool of ``threads`` workers, each with one libdeflate compressor at ``level``."""
 
-    level: int
-    threads: int
+    @property
+    def level(self) -> int: ...
+    @property
+    def threads(self) -> int: ...
 
     def __init__(self, level: int = 6, threads: int = 1) -> None: ...
     def compress(self, heads: Buffer, head_offsets: npt.ArrayLike, bodies: Buffer, body_offsets: npt.ArrayLike,
