@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from tests.fleet.helpers import fleet_home, heavy_ledger, sized_home, verdicts, 
 
 from capsem_core import cores
 from capsem_core.check import check_ledger
+from capsem_core.check.route import SessionRoute
 from capsem_core.check.run import SMALL_CHECK_BYTES
 from capsem_core.fleet import FleetLedger, check_all, discover_home
 from capsem_core.fleet.local import ProcessDied, TaskRaised, run_each
@@ -45,10 +47,14 @@ def test_check_all_names_the_damaged_ledger_exits_1_and_its_json_holds_each_ledg
     entries = {e["path"]: e for e in doc["ledgers"]}
     expected = [x.directory for x in discover_home(shared_home.home).ledgers]
     assert [e["path"] for e in doc["ledgers"]] == [str(p) for p in expected]
-    for path in expected:
+    main_db = shared_home.home / "sessions" / "main.db"
+    for x in discover_home(shared_home.home).ledgers:
+        path = x.directory
         entry = entries[str(path)]
         with cores.limit(cores.share(2)):  # each of two checks at once runs on its share
-            alone = check_ledger(path / "session.db", verify_bodies=True).to_json()
+            # As check SESSION reaches a home's ledger: through main.db, under its id.
+            alone = check_ledger(path / "session.db", verify_bodies=True,
+                                 route=SessionRoute(main_db, x.session_id)).to_json()
         # The same fields as check --json, with the same values.
         assert {k: entry[k] for k in alone} == json.loads(json.dumps(alone))
         assert entry["ok"] is (path != shared_home.damaged)
@@ -69,6 +75,31 @@ def test_the_text_summary_has_a_row_per_ledger_the_totals_and_names_each_damaged
     # The damaged ledger is named, then its findings one line each: severity, code, check, message.
     assert "heavy-1" in tail and re.search(r"\n    error [a-z_]+ \(verify_bodies\): ", tail)
     assert "Traceback" not in done.stderr
+
+
+def test_check_all_compares_a_home_ledgers_totals_with_main_db_as_check_session_does(
+        tmp_path: Path, heavy_source: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    home = fleet_home(tmp_path, heavy_source, heavy=1, damaged=False)
+    main_db = home.home / "sessions" / "main.db"
+    conn = sqlite3.connect(main_db)
+    with conn:
+        stopped = {row[0] for row in conn.execute("SELECT id FROM sessions WHERE status = 'stopped'")}
+        ledger = next(x for x in discover_home(home.home).ledgers if x.session_id in stopped)
+        conn.execute("UPDATE sessions SET total_requests = total_requests + 7 WHERE id = ?", (ledger.session_id,))
+    conn.close()
+    loose = shutil.copytree(home.heavy[0], tmp_path / "tree" / "loose")
+
+    done = run_cli(home.home, "--all", "--path", str(tmp_path / "tree"), "--strict", "--json")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr
+    entries = {e["path"]: e for e in json.loads(done.stdout)["ledgers"]}
+    graph = entries[str(ledger.directory)]["checks"]["identity_graph"]
+    assert "route_totals_differ" in {f["code"] for f in graph["findings"]}
+    single = run_cli(home.home, ledger.session_id, "--strict", "--json")
+    assert single.returncode == 1
+    assert json.loads(single.stdout)["checks"]["identity_graph"] == graph
+    # A ledger found outside any home has no main.db to compare with, and says so.
+    notes = entries[str(loose)]["checks"]["identity_graph"]["findings"]
+    assert any(f["code"] == "route_not_compared" and "found outside a home" in f["message"] for f in notes)
 
 
 def test_a_sound_home_exits_0(tmp_path: Path, heavy_source: Path, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -46,7 +46,8 @@ class RouteRow(NamedTuple):
 def read_route(route: SessionRoute | None) -> tuple[RouteRow | None, str | None]:
     """(main.db's row for the route's session, None) or (None, why there is none to compare)."""
     if route is None:
-        return None, "the ledger was named with --db, so there is no home: main.db is not read"
+        return None, ("there is no home: the ledger was named with --db, or found outside a home, "
+                      "so main.db is not read")
     if route.session_id is None:
         return None, "main.db records no session id for this VM's ledger directory"
     if not route.main_db.exists():

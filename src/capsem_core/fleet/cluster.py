@@ -46,7 +46,7 @@ from capsem_core.fleet.discover import FleetLedger
 from capsem_core.fleet.merge import merge_split
 from capsem_core.fleet.results import LedgerResult
 from capsem_core.fleet.task import (
-    LedgerTask, RangeOutcome, RangeTask, TaskOutcome, block_ranges, check_task, failure_text, range_task,
+    RangeOutcome, RangeTask, TaskOutcome, block_ranges, check_task, failure_text, range_task, task_for,
 )
 
 if TYPE_CHECKING:
@@ -333,14 +333,14 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
         s.split = bool(split and options.get("verify_bodies") and s.ledger.archive_size > range_bytes)
         if s.split:
             whole = {k: v for k, v in options.items() if k != "verify_bodies"}
-            futures.append(submit(check_task, LedgerTask(s.ledger.db_path, whole), f"capsem-check-{run}-{i}", i, -1))
+            futures.append(submit(check_task, task_for(s.ledger, whole), f"capsem-check-{run}-{i}", i, -1))
             spans = block_ranges(s.ledger.archive_size, range_bytes)
             s.ranges = [None] * len(spans)
             for j, (lo, hi) in enumerate(spans):
                 futures.append(submit(range_task, RangeTask(s.ledger.db_path, lo, hi), f"capsem-range-{run}-{i}-{j}",
                                       i, j))
         else:
-            futures.append(submit(check_task, LedgerTask(s.ledger.db_path, options), f"capsem-check-{run}-{i}", i, -1))
+            futures.append(submit(check_task, task_for(s.ledger, options), f"capsem-check-{run}-{i}", i, -1))
 
     done = as_completed(futures)  # type: ignore[no-untyped-call]
     for future in done:
@@ -362,7 +362,7 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
             # The ranges could not stand for one verify (a range unreadable, or the ledger
             # changed meanwhile): check it again as one task.
             s.split = False
-            again = submit(check_task, LedgerTask(s.ledger.db_path, options), f"capsem-again-{run}-{i}", i, -1)
+            again = submit(check_task, task_for(s.ledger, options), f"capsem-again-{run}-{i}", i, -1)
             done.add(again)  # type: ignore[no-untyped-call]
             continue
         results[i] = result

@@ -51,7 +51,9 @@ class FleetLedger:
     ``kind`` is "ephemeral" or "persistent" for a home's ledgers, "directory" for one found
     in a tree outside any home. ``session_id`` is None when it cannot be known (a persistent
     VM main.db does not record, a directory outside a home); ``size`` is the bytes of
-    session.db, its -wal and session.bodies, ``archive_size`` those of session.bodies."""
+    session.db, its -wal and session.bodies, ``archive_size`` those of session.bodies.
+    ``main_db`` is the home's main.db for a home's ledger (its check compares the totals
+    main.db records, as ``check SESSION`` does), None outside a home."""
 
     directory: Path
     kind: Kind
@@ -59,6 +61,7 @@ class FleetLedger:
     name: str | None = None
     size: int = 0
     archive_size: int = 0
+    main_db: Path | None = None
 
     @property
     def db_path(self) -> Path:
@@ -137,10 +140,11 @@ def _file_size(path: Path) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def _sized(directory: Path, kind: Kind, session_id: str | None, name: str | None) -> FleetLedger:
+def _sized(directory: Path, kind: Kind, session_id: str | None, name: str | None,
+           main_db: Path | None = None) -> FleetLedger:
     archive = _file_size(directory / SESSION_BODIES)
     size = _file_size(directory / SESSION_DB) + _file_size(directory / f"{SESSION_DB}-wal") + archive
-    return FleetLedger(directory, kind, session_id, name, size, archive)
+    return FleetLedger(directory, kind, session_id, name, size, archive, main_db)
 
 
 def _holds_ledger(directory: Path) -> bool:
@@ -219,7 +223,7 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
         directory = Path(entry.path)
         if _home_entry(entry, found):
             word = entry.name if is_session_word(entry.name) else None
-            found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None))
+            found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None, main_db))
     for entry in _entries(layout.persistent_root, found):
         directory = Path(entry.path)
         if _home_entry(entry, found):
@@ -227,7 +231,7 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
             session_id = links.get(name)
             if session_id is None and is_session_word(name) and main_db.exists() and session_recorded(main_db, name):
                 session_id = name  # a VM named by its id (Capsem's doctor assumes as much)
-            found.add(_sized(directory, "persistent", session_id, name))
+            found.add(_sized(directory, "persistent", session_id, name, main_db))
     return found
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from capsem_core.fleet.discover import MAX_TREE_DEPTH, Discovery, FleetLedger, discover
 from capsem_core.fleet.local import ProcessDied, TaskRaised, default_jobs, run_each
 from capsem_core.fleet.results import FleetReport, LedgerResult
-from capsem_core.fleet.task import LedgerTask, TaskOutcome, check_options, check_task, splittable
+from capsem_core.fleet.task import TaskOutcome, check_options, check_task, splittable, task_for
 from capsem_core.sessions.home import Home
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def run_locally(ledgers: list[FleetLedger], options: dict[str, Any], *, jobs: in
     """Each ledger's check in a process of its own, ``jobs`` at a time, largest first; a
     process that died or raised makes its ledger unreadable, saying how."""
     order = sorted(range(len(ledgers)), key=lambda i: -ledgers[i].size)
-    tasks = [LedgerTask(ledgers[i].db_path, options) for i in order]
+    tasks = [task_for(ledgers[i], options) for i in order]
     results: list[LedgerResult | None] = [None] * len(ledgers)
 
     def done(k: int, answer: TaskOutcome | ProcessDied | TaskRaised) -> None:

@@ -22,20 +22,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from capsem_core import verify as _verify
 from capsem_core.check import check_ledger
 from capsem_core.check.report import MAX_FINDINGS_PER_CHECK, CheckReport, Finding
+from capsem_core.check.route import SessionRoute
 from capsem_core.check.verify import body_finding
 from capsem_core.errors import LedgerError
 from capsem_core.snapshot import Snapshot
 
+if TYPE_CHECKING:
+    from capsem_core.fleet.discover import FleetLedger
+
 # The options of a fleet run that are check_ledger's own: a name check_ledger does not take
 # is refused up front (UnsupportedOption), never dropped.
-_CHECK_PARAMETERS = frozenset(inspect.signature(check_ledger).parameters) - {"db_path", "progress"}
+# ``route`` is each ledger's own (``task_for``), not an option of the run.
+_CHECK_PARAMETERS = frozenset(inspect.signature(check_ledger).parameters) - {"db_path", "progress", "route"}
 # The options under which a ledger's verify may be split into block ranges: every other
 # verify option (incremental, subset, ...) reads and keeps state of the whole ledger.
 SPLITTABLE_OPTIONS = frozenset(("rows", "verify_bodies"))
@@ -93,10 +98,18 @@ def failure_text(exc: BaseException) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LedgerTask:
-    """Check one ledger: ``check_ledger(db_path, **options)``."""
+    """Check one ledger: ``check_ledger(db_path, route=route, **options)``; ``route``, for a
+    home's ledger, has its totals compared with main.db's as ``check SESSION`` does."""
 
     db_path: Path
     options: dict[str, Any] = field(default_factory=dict)
+    route: SessionRoute | None = None
+
+
+def task_for(ledger: FleetLedger, options: dict[str, Any]) -> LedgerTask:
+    """The check of one ledger a fleet run found, reached through its home where it has one."""
+    route = SessionRoute(ledger.main_db, ledger.session_id) if ledger.main_db is not None else None
+    return LedgerTask(ledger.db_path, options, route)
 
 
 @dataclass(slots=True)
@@ -115,7 +128,7 @@ def check_task(task: LedgerTask) -> TaskOutcome:
     else raised is a failure of the task itself (the runner retries or reports it)."""
     began = time.perf_counter()
     try:
-        report = check_ledger(task.db_path, **task.options)
+        report = check_ledger(task.db_path, route=task.route, **task.options)
     except (LedgerError, sqlite3.Error, OSError, MemoryError) as exc:
         return TaskOutcome(None, failure_text(exc), time.perf_counter() - began, worker_name())
     return TaskOutcome(report, None, time.perf_counter() - began, worker_name())
