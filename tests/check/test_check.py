@@ -516,7 +516,7 @@ def test_list_without_main_db_fails_and_with_no_sessions_says_so(tmp_path: Path,
     assert code == 1 and err == f"capsem-ledger check: main.db not found at {home / 'sessions' / 'main.db'}\n"
     sessions.create_main_db(home / "sessions" / "main.db")
     code, _, err = run_cli(capsys, "--list")
-    assert code == 1 and err == "capsem-ledger check: No sessions found\n"
+    assert code == 1 and err == f"capsem-ledger check: {home / 'sessions' / 'main.db'}: No sessions found in main.db\n"
 
 
 def test_a_session_and_db_together_are_refused_with_the_usage_line(ledger: Path, capsys) -> None:

@@ -161,7 +161,7 @@ def _list_sessions(as_json: bool, out_colour: bool) -> int:
         raise LedgerError(f"main.db not found at {main_db}")
     recent = recent_sessions(main_db, RECENT_SESSIONS)
     if not recent:
-        raise LedgerError("No sessions found")
+        raise LedgerError("No sessions found in main.db", main_db)
     if as_json:
         sys.stdout.write(json.dumps({"format": "capsem-ledger-sessions", "version": 1, "main_db": str(main_db),
                                      "sessions": [recent_json(r) for r in recent]}, indent=2) + "\n")
