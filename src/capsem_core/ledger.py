@@ -87,6 +87,10 @@ class Ledger:
     ``block_cache_bytes`` bounds ``read_body``'s cache of inflated blocks (default 32 MiB;
     0 keeps one block, as Capsem's reader does): a read landing in a cached block inflates
     nothing it has already inflated.
+
+    ``threads=0``, in every method that takes it, is the thread budget of
+    ``capsem_core.cores``: one per core this process may use (its CPU affinity), unless
+    ``CAPSEM_CORE_THREADS`` or ``cores.limit`` narrows it.
     """
 
     def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):

@@ -86,9 +86,9 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
 
 def delete_ledger(directory: os.PathLike[str] | str) -> None:
     """Delete session.db, session.bodies and the SQLite / writer sidecars as one unit, holding
-    both of a writer's locks (the directory's and Capsem's lock file, ``writer.lock``) while it
-    does: WriterBusy, and nothing deleted, while any writer holds either, even one whose lock
-    file was deleted under it."""
+    both of a writer's locks (the directory's and Capsem's lock file,
+    ``session.db-writer.lock``) while it does: WriterBusy, and nothing deleted, while any writer
+    holds either, even one whose lock file was deleted under it."""
     # Imported here: the writer package is not loaded by readers that never delete.
     from capsem_core.writer.lock import WriterLock
 

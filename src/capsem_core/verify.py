@@ -98,11 +98,11 @@ def whole(snapshot: Snapshot) -> Part:
 def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progress: Progress | None = None,
         into: Into | None = None, use_libdeflate: bool = True) -> Verified:
     """Read ``part`` (default: every body) back through its hashes on ``snapshot``'s archive
-    reader, and word every failure (see the module). ``threads``: 0 is one per core;
-    ``progress(bytes_done, bodies_done)`` is called a few times a second (one that also has
-    ``begin(total_bytes, total_bodies)`` is told the totals first). ``use_libdeflate=False``
-    streams every deflate segment through zlib alone, the reference the fast path must agree
-    with (tests and benchmarks compare the two)."""
+    reader, and word every failure (see the module). ``threads``: 0 is the thread budget
+    (``capsem_core.cores``); ``progress(bytes_done, bodies_done)`` is called a few times a
+    second (one that also has ``begin(total_bytes, total_bodies)`` is told the totals first).
+    ``use_libdeflate=False`` streams every deflate segment through zlib alone, the reference the
+    fast path must agree with (tests and benchmarks compare the two)."""
     part = part if part is not None else whole(snapshot)
     rows = part.rows
     kernel_rows = rows.kernel_rows()

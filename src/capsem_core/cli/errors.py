@@ -14,7 +14,8 @@ class UsageError(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised as an exception in a writing command (a BaseException, like Ctrl-C's)."""
+    """SIGTERM, raised as an exception in every command on the main thread (a BaseException,
+    like Ctrl-C's)."""
 
 
 __all__ = ["Terminated", "UsageError"]

@@ -1,8 +1,8 @@
 """``capsem-ledger check --all``: every ledger of the home (and of ``--path`` trees) at once.
 
 ``check`` delegates here when ``--all`` is given. The ledgers are checked by
-``capsem_core.fleet.check_all`` with check's own options (``--verify-bodies``, ``-n``, and
-``--incremental`` and the other verify options once ``check`` takes them), a process per
+``capsem_core.fleet.check_all`` with check's own options (``--verify-bodies``, ``-n``,
+``--incremental``, ``--max-age``, ``--subset``), a process per
 ledger on this machine (``--jobs``, default one per core) or on a Dask cluster
 (``--scheduler tcp://host:port``; ``tls://host:port`` with ``--tls-ca-file``, ``--tls-cert``
 and ``--tls-key`` or Dask's TLS configuration; or ``local`` for a cluster of ``--jobs``
@@ -69,11 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--details", action="store_true",
                         help="with --all: list every finding of every ledger (with its place and examples), not "
                              "only the first few of each damaged or warned ledger")
-    if "--incremental" not in parser._option_string_actions:
-        # check itself takes --incremental once it verifies incrementally; until then a fleet
-        # run accepts it and passes it through, and check_ledger says whether it can.
-        parser.add_argument("--incremental", action="store_true",
-                            help="with --verify-bodies: verify only what is new since the last verify")
 
 
 def refuse_fleet_options(args: argparse.Namespace) -> None:

@@ -2,7 +2,8 @@
 
 A home holds ephemeral ledgers in ``run/sessions/<id>/``, named persistent VMs in
 ``run/persistent/<name>/``, and ``sessions/main.db`` with a row per session in every status
-(running, stopped, crashed, vacuumed), rolled up where Capsem rolls up. The session mix of a
+(running, stopped, crashed), rolled up where Capsem rolls up, and some sessions vacuumed (their
+ledger removed, their main.db row kept). The session mix of a
 home (which kinds, in which order, under which names) is fixed here.
 """
 

@@ -281,7 +281,8 @@ class LedgerWriter:
         Waits for a background flush in progress first. If the transaction fails, nothing is
         forgotten: the same segments and rows are retried by the next flush (the block upsert
         is monotone, so the grown extent lands once). Rows that the schema's constraints
-        refuse are dropped, the others committed, and RowRejected says which.
+        refuse are dropped, the others committed, and RowRejected says how many and why the
+        first was refused.
         """
         if self._closed:
             raise LedgerError("the ledger writer is closed", self._db_path)
@@ -320,7 +321,8 @@ class LedgerWriter:
             self._lock.check()
 
     def _take_work(self) -> Job | None:
-        """Cut the segment (step 2 of the cycle) and move everything buffered into a job."""
+        """Cut the segment (the flush cycle's first step, Write) and move everything buffered
+        into a job."""
         self._check_lock()
         now = self._clock()
         self._staging.cut_segment(now)

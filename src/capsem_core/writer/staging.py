@@ -1,11 +1,11 @@
 """The body side of a ledger writer: staging bodies into the archive, cutting segments, retiring it.
 
-``Staging`` owns the ``BodyArchiveWriter`` of a ledger and what the writer knows of it: the
-open block's spans (in-block dedup), when the block opened, the block bodies are staged into
-and the last segment recorded. It turns bodies into ``event_body_blobs`` rows in ``Pending``,
-cuts segments and closes blocks (step 2 of the flush cycle), and takes the archive out of
-service when an append, a sync or an interrupt leaves it unusable, keeping only rows whose
-bytes are whole and synced.
+``Staging`` owns the ``BodyArchiveWriter`` of a ledger and what the writer knows of it: the open
+block's spans (in-block dedup), when the block opened, the block bodies are staged into and the
+last segment recorded. It turns bodies into ``event_body_blobs`` rows in ``Pending``, cuts
+segments and closes blocks (the flush cycle's first step, Write: docs/format.md), and takes the
+archive out of service when an append, a sync or an interrupt leaves it unusable, keeping only
+rows whose bytes are whole and synced.
 
 Exit paths (docs/reliability.md, "Interrupts"): an exception escaping a segment cut is
 reconciled by ``_interrupted`` against ``archive.last_written``; ``retire`` judges by what this
@@ -210,7 +210,7 @@ class Staging:
         return archive
 
     def cut_segment(self, now: float) -> None:
-        """Step 2 of the flush cycle: close the block if due, else flush a segment."""
+        """The flush cycle's first step: close the block if due, else flush a segment."""
         archive = self.archive
         if archive is None:
             return
