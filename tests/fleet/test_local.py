@@ -21,6 +21,8 @@ from tests.fleet.helpers import fleet_home, heavy_ledger, sized_home, verdicts, 
 
 from capsem_core import cores
 from capsem_core.check import check_ledger
+from capsem_core.check.incremental import VerifyOptions
+from capsem_core.check.record import RECORD_DIR_ENV
 from capsem_core.check.route import SessionRoute
 from capsem_core.check.run import SMALL_CHECK_BYTES
 from capsem_core.fleet import FleetLedger, check_all, discover_home
@@ -245,6 +247,27 @@ def test_incremental_passes_through_to_every_ledgers_check(shared_home, run_cli)
     # Each sound ledger's own check ran incrementally (its coverage says so), as `check` would.
     sound = [entry for entry in report["ledgers"] if entry["ok"]]
     assert sound and all(entry["coverage"]["incremental"] for entry in sound)
+
+
+def test_check_all_takes_the_verify_options_as_keywords_as_check_takes_them(
+        tmp_path: Path, heavy_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=1, sessions=1, damaged=False)
+    # A run first, so the local runner's fork server has started with another record directory
+    # in its environment: the records must go where the caller's environment says now.
+    monkeypatch.setenv(RECORD_DIR_ENV, str(tmp_path / "earlier"))
+    check_all([], home=home.home, verify_bodies=True, incremental=True, jobs=1)
+    monkeypatch.setenv(RECORD_DIR_ENV, str(tmp_path / "records"))
+    first = check_all([], home=home.home, verify_bodies=True, incremental=True, jobs=1)
+    again = check_all([], home=home.home, verify_bodies=True, incremental=True, max_age=3600.0, jobs=1)
+    assert first.sound and again.sound and len(again.results) == len(first.results) >= 2
+    for result in again.results:
+        coverage = result.report.to_json()["coverage"]
+        # The first run recorded every block; the second proved them unchanged, reading none back.
+        assert coverage["incremental"] and coverage["max_age_s"] == 3600.0
+        assert coverage["verified"]["blocks"] == 0 and coverage["unchanged"]["blocks"] > 0
+        assert Path(coverage["record"]["path"]).parent == tmp_path / "records"
+    with pytest.raises(ValueError, match="not both"):
+        check_all([], home=home.home, verify_bodies=True, incremental=True, options=VerifyOptions())
 
 
 def test_scheduler_without_dask_says_in_one_line_how_to_install_it(tmp_path: Path, shared_home) -> None:  # type: ignore[no-untyped-def]

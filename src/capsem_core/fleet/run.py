@@ -10,6 +10,7 @@ in discovery order, and equal: the same report for the same ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -46,9 +47,12 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
     environment names (``CAPSEM_HOME``, ``CAPSEM_RUN_DIR``), or a home's path; its ephemeral
     and persistent ledgers are checked with their session ids and names.
 
-    verify_bodies, incremental, rows and any other keyword (``subset=``, ``max_age=``, ...)
-    are ``check_ledger``'s own and reach it unchanged; one it does not take raises
-    ``UnsupportedOption`` before anything runs. jobs: local processes at once (default: one
+    verify_bodies, rows and any other keyword ``check_ledger`` takes (``options=``,
+    ``page_threads=``) reach it unchanged; one it does not take raises ``UnsupportedOption``
+    before anything runs. incremental, and ``subset=`` (a ``capsem_core.check.subset.Subset``)
+    and ``max_age=`` (seconds), are the verify options of ``check --all``: they reach every
+    ledger's check as one ``VerifyOptions`` (``ValueError`` beside ``options=``, or for
+    ``max_age`` without incremental). jobs: local processes at once (default: one
     per core). client: a ``distributed.Client``; its cluster runs the checks instead, the
     verify of a ledger whose archive exceeds ``range_bytes`` split into block ranges, a
     task that raised retried ``retries`` times. ``progress(result)`` is called here as each
@@ -59,7 +63,8 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
     directory that cannot be read, and a path that does not exist, is in the report's
     ``unchecked`` (and the report is not ``sound``).
     """
-    options = check_options(rows=rows, verify_bodies=verify_bodies, incremental=incremental, **check_kwargs)
+    _verify_options(incremental, check_kwargs)
+    options = check_options(rows=rows, verify_bodies=verify_bodies, **check_kwargs)
     began = time.perf_counter()
     given = [p for p in paths]
     found = discover([p for p in given if not isinstance(p, FleetLedger)], home=home, max_depth=max_depth)
@@ -79,6 +84,31 @@ def check_all(paths: Iterable[os.PathLike[str] | str | FleetLedger] = (), *,
     return FleetReport(results, found.notes, time.perf_counter() - began, "local", jobs, found.unchecked)
 
 
+def _verify_options(incremental: bool, check_kwargs: dict[str, Any]) -> None:
+    """Fold incremental, subset and max_age into check_ledger's one ``options`` value."""
+    subset = check_kwargs.pop("subset", None)
+    max_age = check_kwargs.pop("max_age", None)
+    if not incremental and subset is None and max_age is None:
+        return
+    if check_kwargs.get("options") is not None:
+        raise ValueError("give incremental, subset and max_age, or options=VerifyOptions(...), not both")
+    from capsem_core.check.incremental import VerifyOptions
+
+    check_kwargs["options"] = VerifyOptions(incremental=incremental, subset=subset, max_age=max_age)
+
+
+def _records_here(options: dict[str, Any]) -> dict[str, Any]:
+    """The verify options with their record directory decided in this process. The checks run
+    in processes forked from a fork server started once per interpreter, which keeps the
+    environment it started with: a ``CAPSEM_CORE_VERIFIED_DIR`` set since would not reach them."""
+    verify = options.get("options")
+    if verify is None or verify.record_dir is not None:
+        return options
+    from capsem_core.check.record import record_dir
+
+    return {**options, "options": dataclasses.replace(verify, record_dir=record_dir())}
+
+
 def _ledgers(given: list[os.PathLike[str] | str | FleetLedger], found: Discovery) -> list[FleetLedger]:
     explicit = Discovery()
     for item in given:
@@ -94,6 +124,7 @@ def run_locally(ledgers: list[FleetLedger], options: dict[str, Any], *, jobs: in
     """Each ledger's check in a process of its own, ``jobs`` at a time, largest first; a
     process that died or raised makes its ledger unreadable, saying how."""
     order = sorted(range(len(ledgers)), key=lambda i: -ledgers[i].size)
+    options = _records_here(options)
     tasks = [task_for(ledgers[i], options) for i in order]
     results: list[LedgerResult | None] = [None] * len(ledgers)
 

@@ -1,8 +1,8 @@
 """The work of a fleet run, as it runs in a worker: one ledger's check, or one block range's verify.
 
 A ``LedgerTask`` is ``check_ledger`` on one ledger with the options ``check`` itself takes
-(``check_options`` keeps only keyword arguments ``check_ledger`` accepts, so ``--incremental``
-and the other verify options pass straight through, in this build or a later one); its
+(``check_options`` refuses any keyword ``check_ledger`` does not take, ``UnsupportedOption``;
+the verify options travel as its one ``options=VerifyOptions(...)``); its
 ``TaskOutcome`` holds the very ``CheckReport`` ``check --json`` prints, or the one-line reason
 the ledger could not be checked at all. A ``RangeTask`` verifies the bodies of the blocks
 whose offsets lie in one byte range of ``session.bodies``: the same index scan and native
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 # is refused up front (UnsupportedOption), never dropped.
 # ``route`` is each ledger's own (``task_for``), not an option of the run.
 _CHECK_PARAMETERS = frozenset(inspect.signature(check_ledger).parameters) - {"db_path", "progress", "route"}
-# The options under which a ledger's verify may be split into block ranges: every other
-# verify option (incremental, subset, ...) reads and keeps state of the whole ledger.
+# The options under which a ledger's verify may be split into block ranges: a VerifyOptions
+# that is not ``whole`` (incremental, a subset) reads and keeps state of the whole ledger.
 SPLITTABLE_OPTIONS = frozenset(("rows", "verify_bodies"))
 
 
