@@ -37,7 +37,7 @@ cannot write, it cannot, and a plain ``mode=ro`` open fails ("unable to open dat
    report it (``check`` makes it a finding; ``Ledger`` refuses), never return counts that
    silently miss those commits.
 
-"Cannot write" is ``os.access(dir, W_OK)`` *and* ``os.statvfs(dir).f_flag & ST_RDONLY``:
+"Cannot write" is ``os.access(dir, W_OK | X_OK)`` *and* ``os.statvfs(dir).f_flag & ST_RDONLY``:
 access() answers for permission bits (root passes them), statvfs for a read-only mount,
 where even root cannot create a file.
 """
@@ -190,7 +190,7 @@ def read_plan(path: PathArg) -> ReadPlan:
 def main_file_is_snapshot(path: PathArg, plan: ReadPlan | None = None) -> bool:
     """Whether a read transaction that has read from ``path`` reads the database file alone, so
     a reader of the file's own bytes (a native page scan) sees the transaction's snapshot: the
-    plan opens it immutable, or no ``-wal`` beside it holds a frame. The file then cannot
+    plan opens it immutable, or there is no ``-wal`` beside it or an empty (0-byte) one. The file then cannot
     change while the transaction lasts (a WAL checkpoint waits for the readers of the file
     alone; a rollback-journal writer for every shared lock)."""
     if plan is not None and plan.immutable:

@@ -58,7 +58,8 @@ class Finding:
     message: str
     count: int | None = None
     # Where the problem is, for findings that have a place: event_id, source_table,
-    # direction, block_offset, segment_offset, kind (only the keys that apply).
+    # direction, block_offset, segment_offset, kind for a body (None where one does not
+    # apply), file for a file the check could not read.
     location: dict[str, Value] = field(default_factory=dict)
     # A few of the rows behind a counted finding (ids, event_ids, call_ids ...), so a reader
     # can go straight to them; ``count`` says how many there are in all.

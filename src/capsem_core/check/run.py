@@ -9,9 +9,10 @@ identity graph's reads (from the start, beside the page map and the body index) 
 doctor's other sections on any connection of the snapshot; the schema, the archive check's
 walk of the blocks and session.bodies (before the body index), the body index, the row
 counts, the archive check of the body rows and the bodies' verification on the checks' own
-connection. A damaged page check ends the report there (as the doctor's does: the other
-sections are thrown away); else the first failure is raised; else the verification record of
---verify-bodies --incremental is written.
+connection. A page step that failed (not a verdict) is raised first; a damaged page check
+then ends the report there (as the doctor's does: the other sections are thrown away); else
+the first other failure is raised; else the verification record of --verify-bodies
+--incremental is written.
 """
 
 from __future__ import annotations

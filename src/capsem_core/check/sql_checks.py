@@ -5,7 +5,7 @@ monitor's overflow windows, the tool lifecycle (calls and responses that answer 
 AI-provider traffic against model calls, NULLs in the fields the doctor relies on, tool
 usage and the latest rows of each table. Each check fills its ``CheckResult`` from SQL
 aggregates: nothing here makes a Python object per row of a large table. ``run.py`` decides
-the order and the one read transaction they share.
+the order and the connection each runs on (the checks' or a worker's), all in one snapshot.
 """
 
 from __future__ import annotations

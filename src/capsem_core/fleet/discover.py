@@ -32,8 +32,8 @@ from capsem_core.sessions import vmnames
 from capsem_core.sessions.home import Home, home_layout, is_session_word
 from capsem_core.sessions.maindb import session_recorded
 
-# Deeper than any layout of homes on shared storage needs (a home's ledgers sit four levels
-# below it), shallow enough that a pathological tree ends the search quickly.
+# Deeper than any layout of homes on shared storage needs (a home's ledgers sit three levels
+# below it, run/sessions/<id>), shallow enough that a pathological tree ends the search quickly.
 MAX_TREE_DEPTH = 16
 # A directory with more entries than this is not searched past them (a note says so): a
 # ledger tree has dozens to thousands of sessions per directory, not millions.

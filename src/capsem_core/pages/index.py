@@ -36,8 +36,8 @@ BODY_COLUMNS = ("id", "body_hash", *SPANS)
 
 
 class PageIndex(NamedTuple):
-    """The body index as both SQL scans lay it out: ``bodies`` as ``index.scan_bodies`` (in
-    archive order), ``keys`` as ``index.scan_keys`` (in rowid order)."""
+    """The body index as both SQL scans lay it out: ``bodies`` as ``_index.scan_bodies`` (in
+    archive order), ``keys`` as ``_index.scan_keys`` (in rowid order)."""
 
     bodies: dict[str, Any]
     keys: dict[str, Any]

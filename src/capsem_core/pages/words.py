@@ -1,7 +1,7 @@
 """The words of the page map's findings: one line each, in the manner of quick_check's.
 
 ``capsem_core._native._pages`` reports raw findings (a kind, pages, roots); this module
-names each tree by what sqlite_schema calls it ("index idx_net_events_ts") and words the
+names each tree by what sqlite_schema calls it ("index idx_net_events_timestamp") and words the
 line. Ledger names reach the report as they are; the text renderer escapes them.
 """
 

@@ -1,6 +1,7 @@
 """Session identity: the one resolver from a word (session id or VM name) to a ledger
-directory, which ``check``, ``list``, ``rollup`` and the Python API all use, and the
-registration that records an id with its VM name.
+directory, which ``check``, ``rollup``, ``body``, ``events``, ``export`` and the Python API
+use (``list`` finds its directories itself, ``listing.py``), and the registration that records
+an id with its VM name.
 
 Identity rule (the ledger's invariant): a session id is opaque and names the ephemeral
 ledger directory ``run/sessions/<id>/``; a persistent VM's ledger is

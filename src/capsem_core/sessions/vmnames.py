@@ -29,7 +29,8 @@ from capsem_core.sessions.home import session_word_problem
 SIDECAR_NAME = "capsem-core-vm-names.json"
 SIDECAR_FORMAT = "capsem-core-vm-names"
 SIDECAR_VERSION = 1
-# 4096 links of two 128-character words with JSON punctuation fit well inside this.
+# About 3,900 links of two 128-character words, with the file's punctuation and indentation,
+# fit inside this.
 MAX_SIDECAR_BYTES = 1 << 20
 
 
