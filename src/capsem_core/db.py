@@ -190,9 +190,9 @@ def read_plan(path: PathArg) -> ReadPlan:
 def main_file_is_snapshot(path: PathArg, plan: ReadPlan | None = None) -> bool:
     """Whether a read transaction that has read from ``path`` reads the database file alone, so
     a reader of the file's own bytes (a native page scan) sees the transaction's snapshot: the
-    plan opens it immutable, or there is no ``-wal`` beside it or an empty (0-byte) one. The file then cannot
-    change while the transaction lasts (a WAL checkpoint waits for the readers of the file
-    alone; a rollback-journal writer for every shared lock)."""
+    plan opens it immutable, or there is no ``-wal`` beside it or an empty (0-byte) one. The
+    file then cannot change while the transaction lasts (a WAL checkpoint waits for the readers
+    of the file alone; a rollback-journal writer for every shared lock)."""
     if plan is not None and plan.immutable:
         return True
     try:

@@ -161,7 +161,8 @@ class Snapshot:
         kept only where the database file is that snapshot (``pages``), else closed.
 
         Raises LedgerError naming the file when it cannot be read at all, SymlinkRefused for a
-        link; a lock or I/O failure while beginning a transaction surfaces as sqlite3.Error. An unread -wal is not refused (``plan.unread_wal``: the check reports it)."""
+        link; a lock or I/O failure while beginning a transaction surfaces as sqlite3.Error. An
+        unread -wal is not refused (``plan.unread_wal``: the check reports it)."""
         path = Path(db_path)
         refuse_symlinks(path, archive=False)
         plan = db.read_plan(path)
