@@ -252,6 +252,18 @@ def test_page_damage_and_archive_findings_are_escaped_in_text(hostile: Path) -> 
         assert "row 3 missing from index \\x1b[2J" in text
 
 
+def test_an_unread_wal_quoting_a_hostile_path_is_escaped_in_text(hostile: Path) -> None:
+    """The tables section's -wal finding names the -wal by its path, which the disk chose."""
+    report = check_ledger(hostile)
+    wal = hostile.parent / ("evil" + ALL) / "session.db-wal"
+    report.checks["tables"].add(check.Finding("wal_not_read", check.ERROR, f"{wal} holds 1 committed transaction(s)",
+                                              count=1, location={"file": str(wal)}))
+    for colour in (False, True):
+        text = render_text(report, colour=colour)
+        assert_terminal_safe(text, colour=colour)
+        assert "holds 1 committed transaction(s)" in text
+
+
 def test_error_messages_quoting_a_hostile_path_are_escaped(tmp_path: Path) -> None:
     missing = tmp_path / ("no-\x1b]8;;x\x07such" + "\r\u202e") / "session.db"
     proc = _run(missing)

@@ -56,17 +56,28 @@ def test_several_bodies_and_no_choice_are_listed_on_stderr(ledger: Path) -> None
     assert "2 bodies" in text and "request" in text and "response" in text and "text/plain" in text
 
 
-def test_a_text_body_on_a_terminal_is_shown_sanitized(ledger: Path) -> None:
-    code, shown, err = run_on_a_terminal("body", "0000000000aa", "--db", str(ledger), "--direction", "request")
+@pytest.mark.parametrize("stdout", [(), ("-o", "-")], ids=["no -o", "-o -"])
+def test_a_text_body_on_a_terminal_is_shown_sanitized(ledger: Path, stdout: tuple[str, ...]) -> None:
+    code, shown, err = run_on_a_terminal("body", "0000000000aa", "--db", str(ledger), "--direction", "request",
+                                         *stdout)
     assert code == 0 and err == b""
     assert b"\x1b" not in shown and b"\x07" not in shown and "\u202e".encode() not in shown
     assert b"line one" in shown and b"\\x1b]8;;http://evil\\x07click" in shown and b"\\u202e" in shown
 
 
-def test_a_binary_body_is_refused_on_a_terminal(ledger: Path) -> None:
-    code, shown, err = run_on_a_terminal("body", "0000000000bb", "--db", str(ledger))
+@pytest.mark.parametrize("stdout", [(), ("-o", "-")], ids=["no -o", "-o -"])
+def test_a_binary_body_is_refused_on_a_terminal(ledger: Path, stdout: tuple[str, ...]) -> None:
+    code, shown, err = run_on_a_terminal("body", "0000000000bb", "--db", str(ledger), *stdout)
     assert code == 1 and shown == b""
     assert b"binary body" in err and b"-o FILE" in err and err.count(b"\n") == 1
+
+
+def test_an_event_id_table_or_direction_that_is_not_utf8_is_a_usage_error(ledger: Path) -> None:
+    # A shell hands over bytes that are not UTF-8 as they are (Python keeps them as surrogates).
+    for extra in (["\udc9b"], ["0000000000aa", "--table", "t\udc9b"], ["0000000000aa", "--direction", "d\udc9b"]):
+        done = run("body", *extra, "--db", str(ledger))   # each word exec'd as os.fsencode gives it
+        assert done.returncode == 2 and b"Traceback" not in done.stderr, done.stderr
+        assert b"is not UTF-8 text" in done.stderr and b"\\udc9b" in done.stderr
 
 
 def test_an_unknown_event_and_both_session_and_db_are_one_line_errors(ledger: Path) -> None:

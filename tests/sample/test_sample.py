@@ -335,6 +335,16 @@ def test_the_sample_command_prints_a_summary_and_refuses_to_overwrite(tmp_path: 
     assert "already exists" in capsys.readouterr().err
 
 
+def test_the_sample_command_echoes_its_directory_escaped(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "evil\x1b[31m\u202e"
+    assert cli.main(["sample", str(target), "--bodies", "40"]) == 0
+    assert cli.main(["sample", str(tmp_path / "h\x07"), "--home", "--sessions", "1", "--bodies", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    assert "evil\\x1b[31m\\u202e" in out and "h\\x07" in out
+
+
 def test_the_sample_command_lays_out_a_home(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["sample", str(tmp_path / "h"), "--home", "--sessions", "5", "--bodies", "40"]) == 0
     assert (tmp_path / "h" / "sessions" / "main.db").is_file()

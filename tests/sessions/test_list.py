@@ -183,7 +183,8 @@ def test_directory_names_that_are_not_session_words_are_ignored(home: S.Home, pr
 def test_a_negative_limit_and_a_nan_cost_are_usage_errors() -> None:
     parser = argparse.ArgumentParser()
     list_command.add_arguments(parser)
-    for argv in (["-n", "-1"], ["-n", "x"], ["--min-cost", "nan"], ["--min-cost", "-1"], ["--min-cost", "inf"]):
+    for argv in (["-n", "-1"], ["-n", "x"], ["--min-cost", "nan"], ["--min-cost", "-1"], ["--min-cost", "inf"],
+                 ["--status", "stopped\udc9b"]):   # bytes that are not UTF-8, as a shell hands them over
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
 
@@ -300,6 +301,14 @@ def test_control_characters_from_main_db_never_reach_the_terminal(home: S.Home) 
     assert "\x1b" not in out and "\x07" not in out
     assert out.splitlines()[2].startswith("evil\\x1b[2J\\x0aid")
     assert json.loads(run("--json")[1])[0]["id"] == "evil\x1b[2J\nid"  # JSON keeps the raw value
+
+
+def test_a_missing_main_db_is_named_escaped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CAPSEM_HOME", str(tmp_path / "evil\x1b[31m\u202e"))
+    monkeypatch.delenv("CAPSEM_RUN_DIR", raising=False)
+    code, _, err = run()
+    assert code == 1 and "\x1b" not in err and "\u202e" not in err
+    assert err == f"No main.db found at {tmp_path}/evil\\x1b[31m\\u202e/sessions/main.db\n"
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(six: S.Home, monkeypatch: pytest.MonkeyPatch) -> None:

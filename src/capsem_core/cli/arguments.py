@@ -59,6 +59,17 @@ def _shown(text: str) -> str:
     return sanitize(text if len(text) <= 60 else text[:60] + "...")
 
 
+def text_argument(text: str) -> str:
+    """A text the ledger or main.db is searched for (an event id, a table, a status). Every
+    text there is UTF-8, so bytes that are not (the shell hands them over as they are) are
+    refused here, in one usage line, rather than deep in SQLite's parameter binding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"'{_shown(text)}' is not UTF-8 text") from None
+    return text
+
+
 def session_argument(text: str) -> str:
     """SESSION (argparse type): a word that may name a session directory, an id or a named
     VM's name. Anything else is a usage error said before any output (with a ``--db`` hint

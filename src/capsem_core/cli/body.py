@@ -3,7 +3,7 @@
 To a file with ``-o`` (through ``capsem_core.outputs``: a regular file replaced whole, a
 device or a FIFO with a reader written into, never a link or a new parent directory;
 ``-o -`` is stdout), to stdout when it is not a terminal (the exact bytes), and on a
-terminal only a text body, shown sanitized (a binary
+terminal (``-o -`` included) only a text body, shown sanitized (a binary
 one is refused: it could drive the terminal). An event with several bodies and no
 ``--table`` / ``--direction`` to choose one gets them listed instead, on stderr, exit 1.
 """
@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from capsem_core.snapshot import refuse_symlinks
-from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument
+from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument, text_argument
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
@@ -22,10 +22,10 @@ from capsem_core.outputs import STDOUT, write_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("event_id", metavar="EVENT_ID", help="the event whose body to write")
+    parser.add_argument("event_id", metavar="EVENT_ID", type=text_argument, help="the event whose body to write")
     add_ledger_target(parser)
-    parser.add_argument("--table", metavar="T", help="the body's source table (when the event has several bodies)")
-    parser.add_argument("--direction", metavar="D", help="the body's direction: request, response, stdout, ...")
+    parser.add_argument("--table", metavar="T", type=text_argument, help="the body's source table (when the event has several bodies)")
+    parser.add_argument("--direction", metavar="D", type=text_argument, help="the body's direction: request, response, stdout, ...")
     parser.add_argument("-o", "--output", metavar="FILE", type=output_argument("output file", stdout=True),
                         help="write the bytes to FILE (a regular file is replaced whole; a device or a FIFO is "
                              "written into; never through a link, never creating a directory); '-' is stdout")
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None and args.output != STDOUT:
         write_output(args.output, data)
         return 0
-    if args.output == STDOUT or not sys.stdout.isatty():
+    if not sys.stdout.isatty():   # -o - on a terminal is the terminal: shown as below
         _write_stdout(data)
         return 0
     text = text_for_terminal(data)

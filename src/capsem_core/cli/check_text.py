@@ -69,7 +69,7 @@ def render_text(report: CheckReport, *, colour: bool = False) -> str:
                else s("green", "  All expected tables present"))
     for f in tables.findings:   # an unread -wal: the counts below are of session.db alone
         if f.code != "missing_tables":
-            out.append(s(_SEVERITY_STYLE[f.severity], f"  {f.message}"))
+            out.append(s(_SEVERITY_STYLE[f.severity], f"  {sanitize(f.message)}"))
     out.append("")
     out.append(s("bold", "Event counts:"))
     counts = tables.tables["event_counts"]

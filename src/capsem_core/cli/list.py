@@ -12,8 +12,8 @@ import math
 import sys
 from typing import TextIO
 
-from capsem_core.cli.arguments import whole_number
-from capsem_core.cli.terminal import colour_wanted
+from capsem_core.cli.arguments import text_argument, whole_number
+from capsem_core.cli.terminal import colour_wanted, sanitize
 from capsem_core.cli.sessions import list_lines, listed_json
 from capsem_core.sessions import ListFilter, home_layout, list_sessions
 
@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--with-tools", action="store_true", help="only sessions with tool calls")
     parser.add_argument("--min-cost", type=_cost, default=0.0, metavar="X",
                         help="only sessions that cost at least X dollars")
-    parser.add_argument("--status", default=None, metavar="STATUS", help="only sessions with this status")
+    parser.add_argument("--status", default=None, metavar="STATUS", type=text_argument,
+                        help="only sessions with this status")
     parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
 
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
     err = sys.stderr if stderr is None else stderr
     layout = home_layout()
     if not layout.main_db.exists():
-        print(f"No main.db found at {layout.main_db}", file=err)
+        print(f"No main.db found at {sanitize(layout.main_db)}", file=err)
         return 1
     flt = ListFilter(limit=args.n, with_model=args.with_model, with_db=args.with_db, with_net=args.with_net,
                      with_tools=args.with_tools, min_cost=args.min_cost, status=args.status)

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             return code
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    print(text)
+    print("\n".join(sanitize(line) for line in text.split("\n")))   # DIR is echoed
     return 0
 
 
