@@ -41,6 +41,15 @@ def test_an_exception_inside_leaves_the_old_file_and_no_temporary_one(tmp_path: 
     assert [p.name for p in tmp_path.iterdir()] == ["out.warc.gz"]
 
 
+def test_a_replaced_file_keeps_its_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "table.parquet"
+    out.write_bytes(b"old")
+    out.chmod(0o600)
+    with output_stream(out) as f:
+        f.write(b"new")
+    assert out.read_bytes() == b"new" and stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
 def test_an_exception_leaves_no_file_where_there_was_none(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         with output_stream(tmp_path / "new") as out:

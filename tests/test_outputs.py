@@ -70,6 +70,21 @@ def test_body_o_replaces_a_regular_file_whole(ledger: Path, tmp_path: Path) -> N
     assert out.read_bytes() == BODY and [p.name for p in tmp_path.iterdir() if ".part-" in p.name] == []
 
 
+def test_a_replaced_file_keeps_its_permissions(ledger: Path, tmp_path: Path) -> None:
+    out = tmp_path / "private.bin"
+    out.write_bytes(b"old")
+    out.chmod(0o600)
+    assert body_to(ledger, str(out), tmp_path)[0] == 0
+    assert out.read_bytes() == BODY and stat.S_IMODE(out.stat().st_mode) == 0o600
+    dir_fd = open_output_dir(tmp_path)
+    try:
+        out.chmod(0o640)
+        write_file_at(dir_fd, out.name, b"new", tmp_path)
+    finally:
+        os.close(dir_fd)
+    assert out.read_bytes() == b"new" and stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
 def test_body_o_writes_into_a_character_device_and_leaves_it_a_device(ledger: Path, tmp_path: Path) -> None:
     before = os.stat("/dev/null")
     assert body_to(ledger, "/dev/null", tmp_path)[0] == 0

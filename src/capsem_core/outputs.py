@@ -9,7 +9,8 @@ rule holds everywhere:
   directory (``export DIR``, ``sample DIR``) creates that one directory only;
 - only a regular file is replaced, and atomically: the bytes go to a fresh temporary file in
   the same directory (through a descriptor of it, no link followed), renamed over the name
-  once whole, so an interrupt leaves the old file or the new one, never a mix;
+  once whole, so an interrupt leaves the old file or the new one, never a mix; the new file
+  keeps the old one's permissions;
 - an existing character device or FIFO is written into, as ``cp`` does (a FIFO only when a
   reader holds it open: never a hang); it is never unlinked or renamed over. A block device,
   a socket or a directory is refused in one line, as is a symbolic link;
@@ -31,7 +32,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -188,6 +189,7 @@ def output_stream(path: PathArg) -> Iterator[BinaryIO]:
             # Inside the try: an interrupt landing just after the open still removes the file.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                          dir_fd=dir_fd)
+            _keep_mode(dir_fd, name, fd)
             with open(fd, "wb", closefd=True) as out:
                 yield out
             kind_there = _kind_in_the_way(dir_fd, name)
@@ -202,6 +204,17 @@ def output_stream(path: PathArg) -> Iterator[BinaryIO]:
             raise
     finally:
         os.close(dir_fd)
+
+
+def _keep_mode(dir_fd: int, name: str, fd: int) -> None:
+    """A file replaced keeps its permissions: the temporary ``fd`` takes those of the regular
+    file at ``name`` (a body or a table its owner made private stays private)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)
 
 
 def _open_into(path: str, *, fifo: bool) -> int:
@@ -248,16 +261,36 @@ def regular_size_at(dir_fd: int, name: str) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def remove_stale_parts(dir_fd: int) -> int:
+def remove_stale_parts(dir_fd: int, own: Callable[[str], bool]) -> int:
     """Remove the temporary files ``write_file_at`` leaves only when its process was killed
-    outright (``.{name}.part-{pid}``, regular files): a rerun starts clean. Returns how many."""
+    outright: ``.{name}.part-{pid}``, a regular file, ``own(name)`` (a name the caller
+    writes, so nobody else's file that merely looks alike), and no process ``pid`` alive here
+    (so not another run writing into the same directory now). A rerun starts clean. Returns
+    how many."""
     removed = 0
     for entry in os.listdir(dir_fd):
-        if entry.startswith(".") and PART_SUFFIX in entry and entry.rsplit(PART_SUFFIX, 1)[1].isdigit():
-            if regular_size_at(dir_fd, entry) is not None:
-                os.unlink(entry, dir_fd=dir_fd)
-                removed += 1
+        if not entry.startswith(".") or PART_SUFFIX not in entry:
+            continue
+        name, pid = entry[1:].rsplit(PART_SUFFIX, 1)
+        if not (pid.isdigit() and own(name)) or _alive(int(pid)):
+            continue
+        if regular_size_at(dir_fd, entry) is not None:
+            os.unlink(entry, dir_fd=dir_fd)
+            removed += 1
     return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user's counts)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError, ValueError):   # gone, or no pid at all
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
 
 
 def _kind_in_the_way(dir_fd: int, name: str) -> str | None:
@@ -295,6 +328,7 @@ def file_at(dir_fd: int, name: str, directory: PathArg | None = None, *, mode: i
     try:
         # Inside the try: an interrupt landing just after the open still removes the file.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        _keep_mode(dir_fd, name, fd)
         with open(fd, "wb", closefd=True) as out:
             yield out
             out.flush()
@@ -330,6 +364,14 @@ def safe_component(value: str | None, limit: int) -> str:
     return _UNSAFE.sub("_", value or "")[:limit] or "_"
 
 
+_EXPORT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[A-Za-z0-9_-]{1,40}\.[A-Za-z0-9_-]{1,24}\.[0-9a-f]{64}")
+
+
+def is_export_name(name: str) -> bool:
+    """Whether ``name`` has the form ``export_name`` gives a body's file."""
+    return _EXPORT_NAME.fullmatch(name) is not None
+
+
 def export_name(event_id: str | None, source_table: str | None, direction: str | None, digest_hex: str) -> str:
     """The file name an exported body takes: ``{event_id}.{table}.{direction}.{hash}`` with
     each ledger string made safe (``safe_component``) and the body's full BLAKE3 hex last,
@@ -349,5 +391,6 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "file_at", "open_output_dir", "output_stream",
-           "prepare_output_dir", "regular_size_at", "remove_stale_parts", "safe_component", "write_file_at", "write_output"]
+__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "file_at", "is_export_name", "open_output_dir",
+           "output_stream", "prepare_output_dir", "regular_size_at", "remove_stale_parts", "safe_component",
+           "write_file_at", "write_output"]

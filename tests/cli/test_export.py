@@ -90,11 +90,23 @@ def test_a_rerun_skips_verified_files_and_rewrites_damaged_or_missing_ones(tmp_p
     (out / manifest[0]["path"]).unlink()
     damaged = out / manifest[1]["path"]
     damaged.write_bytes(b"x" + damaged.read_bytes()[1:])
-    stale = out / f".{manifest[2]['path']}.part-99999"  # left by a run killed outright
+    dead = subprocess.Popen(["true"])   # a process that has ended: no run of its is alive
+    dead.wait()
+    stale = out / f".{manifest[2]['path']}.part-{dead.pid}"  # left by a run killed outright
     stale.write_bytes(b"half")
-    done = run("export", "--db", str(tmp_path / "l"), str(out))
+    # Not export's to remove: a part of a run still writing here, and a user's file that only
+    # looks like a part.
+    with subprocess.Popen(["sleep", "60"]) as live:
+        try:
+            running = out / f".{manifest[3]['path']}.part-{live.pid}"
+            running.write_bytes(b"in flight")
+            theirs = out / ".notes.txt.part-1"
+            theirs.write_bytes(b"my data")
+            done = run("export", "--db", str(tmp_path / "l"), str(out))
+        finally:
+            live.kill()
     assert done.returncode == 0 and f"({len(manifest) - 2} already there)".encode() in done.stderr
-    assert not stale.exists()
+    assert not stale.exists() and running.read_bytes() == b"in flight" and theirs.read_bytes() == b"my data"
     for m in _manifest(out):
         assert "blake3:" + _blake3.hexdigest((out / m["path"]).read_bytes()) == m["hash"]
 

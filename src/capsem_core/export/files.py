@@ -22,7 +22,7 @@ import numpy as np
 from capsem_core._native import _blake3
 from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.outputs import (
-    export_name, file_at, open_output_dir, regular_size_at, remove_stale_parts, write_file_at,
+    export_name, file_at, is_export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at,
 )
 from capsem_core.verify import BodyFault
 
@@ -84,7 +84,7 @@ def export_files(ledger: Ledger, directory: os.PathLike[str] | str) -> FilesSumm
     summary = FilesSummary()
     dir_fd = open_output_dir(directory, create=True)
     try:
-        remove_stale_parts(dir_fd)
+        remove_stale_parts(dir_fd, lambda name: name == MANIFEST or is_export_name(name))
         idx = ledger.index()
         rows = len(idx)
         there = np.zeros(rows, np.bool_)
