@@ -143,7 +143,7 @@ def test_the_readme_example_writes_checks_and_reads_its_body_back(tmp_path: Path
     assert namespace["report"].sound  # type: ignore[attr-defined]
     assert len(namespace["batch"]) == 1  # type: ignore[arg-type]
     assert namespace["page"].events[0].event_id == "0123456789ab"  # type: ignore[attr-defined]
-    assert (tmp_path / "backup" / "abc" / "session.bodies").is_file()
+    assert (tmp_path / "backup-abc" / "session.bodies").is_file()
 
 
 def test_the_api_pages_body_is_the_known_one(workdir: Path) -> None:

@@ -179,11 +179,35 @@ def test_a_copy_refuses_to_overwrite_an_existing_ledger(tmp_path: Path) -> None:
 
 def test_a_copy_of_a_ledger_whose_archive_is_short_fails_and_leaves_nothing(tmp_path: Path) -> None:
     write_ledger(tmp_path / "a")
+    (tmp_path / "there").mkdir()
     with Ledger(tmp_path / "a") as ledger:
         os.truncate(tmp_path / "a" / "session.bodies", 100)
-        with pytest.raises(errors.LedgerError, match="index commits"):
-            ledger.copy_to(tmp_path / "b")
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == []
+        for target in ("b", "there"):
+            with pytest.raises(errors.LedgerError, match="index commits"):
+                ledger.copy_to(tmp_path / target)
+    # Not even the directory the copy made; one that was there stays, empty.
+    assert not (tmp_path / "b").exists() and list((tmp_path / "there").iterdir()) == []
+
+
+def test_a_copy_goes_through_the_output_path_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_ledger(tmp_path / "a")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "file").write_bytes(b"mine")
+    monkeypatch.chdir(tmp_path)
+    with Ledger(tmp_path / "a") as ledger:
+        with pytest.raises(errors.SymlinkRefused):
+            ledger.copy_to(tmp_path / "link")                      # never written behind a link
+        with pytest.raises(errors.LedgerError, match="does not exist"):
+            ledger.copy_to(tmp_path / "missing" / "parent" / "b")  # no parent directory made
+        with pytest.raises(errors.LedgerError, match="not a directory"):
+            ledger.copy_to(tmp_path / "file")                       # a LedgerError, not FileExistsError
+        for name in ("", "x/.."):                                    # never the current directory
+            with pytest.raises(errors.LedgerError):
+                ledger.copy_to(name)
+    assert list((tmp_path / "real").iterdir()) == [] and not (tmp_path / "missing").exists()
+    assert (tmp_path / "file").read_bytes() == b"mine" and not (tmp_path / "session.db").exists()
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_fork_continues_under_a_new_writer(tmp_path: Path) -> None:

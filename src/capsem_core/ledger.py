@@ -469,9 +469,12 @@ class Ledger:
         session.db is copied first through SQLite's backup API (a consistent snapshot even
         while a writer appends) and must pass ``PRAGMA quick_check``; session.bodies is then
         copied up to the extent that snapshot commits, so a torn tail never travels.
+        ``destination`` follows the output-path policy (``capsem_core.outputs``): made when
+        missing but never its parent, never a link; a failed copy leaves nothing there.
         Costs a full copy of both files and one quick_check of the copy. Raises LedgerError
-        when a ledger file already exists at the destination, the copy fails quick_check,
-        session.bodies is shorter than its index commits, or this ledger is closed.
+        when a ledger file already exists at the destination, the policy refuses it
+        (SymlinkRefused for a link), the copy fails quick_check, session.bodies is shorter
+        than its index commits, or this ledger is closed.
         """
         self._live()
         with self._lock:

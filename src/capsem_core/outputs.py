@@ -1,7 +1,7 @@
 """The one output-path policy: how every command writes a file out of a ledger.
 
-``body -o``, ``export``, ``sample`` and the verification record write through here, so one
-rule holds everywhere:
+``body -o``, ``export``, ``sample``, ``Ledger.copy_to`` and the verification record write
+through here, so one rule holds everywhere:
 
 - an output path is never ``''`` and never names ``.``, ``..`` or ``/`` (``x/..`` included):
   such a name would write into a directory the user did not name;

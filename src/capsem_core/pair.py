@@ -10,6 +10,7 @@ from pathlib import Path
 from capsem_core import db
 from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.format import FILE_HEADER_BYTES
+from capsem_core.outputs import open_output_dir
 from capsem_core.paths import SESSION_BODIES, SESSION_DB, WRITER_LOCK_SUFFIX
 
 SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
@@ -20,47 +21,98 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
     """Copy the ledger read through ``conn`` (its session.db at db_path) into ``destination``:
     session.db through SQLite's backup API, checked by quick_check, then session.bodies up to
     the extent that snapshot commits (see ``Ledger.copy_to``). The caller serialises use of
-    ``conn``."""
+    ``conn``.
+
+    ``destination`` goes through the output-path policy (``outputs.open_output_dir``): its
+    name checked, never a link, made when missing but never its parent. Both files are
+    written as temporaries through a descriptor of it and renamed into place, session.bodies
+    first and session.db last, so a copy cut short is never read as a ledger; on a failure
+    nothing of the copy is left (the directory too, when this call made it)."""
     dest = Path(destination)
-    dest_db, dest_bodies = dest / SESSION_DB, dest / SESSION_BODIES
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in (dest_db, dest_bodies):
-        if os.path.lexists(p):
-            raise LedgerError("refusing to overwrite an existing ledger file", p)
-    tmp_db = dest / f".{SESSION_DB}.copy-{os.getpid()}"
-    tmp_bodies = dest / f".{SESSION_BODIES}.copy-{os.getpid()}"
+    made = not os.path.lexists(dest)
+    dir_fd = open_output_dir(dest, create=True)
+    placed: list[str] = []
+    pid = os.getpid()
+    tmp_db, tmp_bodies = f".{SESSION_DB}.copy-{pid}", f".{SESSION_BODIES}.copy-{pid}"
     try:
-        out = db.connect_readwrite(tmp_db, create=True, isolation_level="DEFERRED")
+        for name in (SESSION_DB, SESSION_BODIES):
+            if _lexists_at(dir_fd, name):
+                raise LedgerError("refusing to overwrite an existing ledger file", dest / name)
         try:
-            conn.backup(out)
-            out.execute("PRAGMA journal_mode = DELETE")
-            problems = [r[0] for r in out.execute("PRAGMA quick_check").fetchall()]
-            if problems != ["ok"]:
-                raise LedgerError("copied session.db fails quick_check: " + "; ".join(problems[:5]), db_path)
-            (extent,) = out.execute("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks").fetchone()
-        finally:
-            out.close()
-        extent = max(int(extent), FILE_HEADER_BYTES)
-        _copy_prefix(bodies_path, tmp_bodies, extent)
-        _fsync_path(tmp_db)
-        os.replace(tmp_db, dest_db)
-        os.replace(tmp_bodies, dest_bodies)
-        _fsync_path(dest, directory=True)
-    except sqlite3.DatabaseError as exc:
-        raise LedgerError(f"copy failed: {exc}", db_path) from None
+            # SQLite's backup writes to a path: the directory's, held to be the one opened.
+            _same_directory(dest, dir_fd)
+            out = db.connect_readwrite(dest / tmp_db, create=True, isolation_level="DEFERRED")
+            try:
+                conn.backup(out)
+                out.execute("PRAGMA journal_mode = DELETE")
+                problems = [r[0] for r in out.execute("PRAGMA quick_check").fetchall()]
+                if problems != ["ok"]:
+                    raise LedgerError("copied session.db fails quick_check: " + "; ".join(problems[:5]), db_path)
+                (extent,) = out.execute("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks").fetchone()
+            finally:
+                out.close()
+            _same_directory(dest, dir_fd)
+            _copy_prefix(bodies_path, dir_fd, tmp_bodies, max(int(extent), FILE_HEADER_BYTES))
+            _fsync_at(dir_fd, tmp_db)
+            for tmp, name in ((tmp_bodies, SESSION_BODIES), (tmp_db, SESSION_DB)):
+                os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                placed.append(name)
+            os.fsync(dir_fd)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"copy failed: {exc}", db_path) from None
+    except BaseException:
+        for name in placed:
+            _unlink_at(dir_fd, name)
+        if made:
+            _unlink_at(dir_fd, tmp_db)
+            _unlink_at(dir_fd, tmp_bodies)
+            try:
+                os.rmdir(dest)   # only when empty: what this call made, nothing else
+            except OSError:
+                pass
+        raise
     finally:
-        for p in (tmp_db, tmp_bodies):
-            p.unlink(missing_ok=True)
+        _unlink_at(dir_fd, tmp_db)
+        _unlink_at(dir_fd, tmp_bodies)
+        os.close(dir_fd)
 
 
-def _copy_prefix(src: Path, dst: Path, length: int) -> None:
+def _lexists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _unlink_at(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _same_directory(path: Path, dir_fd: int) -> None:
+    """LedgerError unless ``path`` still names the directory ``dir_fd`` holds (not swapped
+    for a link or another directory since it was opened)."""
+    held = os.fstat(dir_fd)
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        raise LedgerError("the output directory was replaced while the copy was written", path)
+
+
+def _copy_prefix(src: Path, dir_fd: int, name: str, length: int) -> None:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(src, flags)
     try:
         size = os.fstat(fd).st_size
         if size < length:
             raise LedgerError(f"session.bodies is {size} bytes but its index commits {length}", src)
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=dir_fd)
         try:
             remaining = length
             while remaining:
@@ -72,6 +124,14 @@ def _copy_prefix(src: Path, dst: Path, length: int) -> None:
             os.fsync(out)
         finally:
             os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _fsync_at(dir_fd: int, name: str) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
 
