@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from capsem_core.errors import LedgerError, LedgerWarning
+from capsem_core.outputs import write_file_at
 from capsem_core.sessions.home import session_word_problem
 
 SIDECAR_NAME = "capsem-core-vm-names.json"
@@ -116,24 +117,14 @@ def link_name(main_db: os.PathLike[str] | str, name: str, session_id: str) -> No
                           indent=1, sort_keys=True).encode() + b"\n"
         if len(body) > MAX_SIDECAR_BYTES:
             raise LedgerError(f"too many VM name links to keep (over {MAX_SIDECAR_BYTES} bytes)", path)
-        tmp = path.with_name(f".{SIDECAR_NAME}.tmp.{os.getpid()}")
+        # Through the output-path policy's per-file rule: a temporary renamed in whole, removed
+        # on any exception (an interrupt included), the file and the directory synced.
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_file_at(dir_fd, path.name, body, path.parent, mode=0o600, durable=True)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise LedgerError(f"cannot write the VM name links: {exc.strerror or exc}", path) from exc
+        finally:
+            os.close(dir_fd)
     finally:
         os.close(lock_fd)
