@@ -269,7 +269,7 @@ def remove_stale_parts(dir_fd: int, own: Callable[[str], bool]) -> int:
     how many."""
     removed = 0
     for entry in os.listdir(dir_fd):
-        if not entry.startswith(".") or PART_SUFFIX not in entry:
+        if not entry.startswith(".") or PART_SUFFIX not in entry[1:]:
             continue
         name, pid = entry[1:].rsplit(PART_SUFFIX, 1)
         if not (pid.isdigit() and own(name)) or _alive(int(pid)):

@@ -102,11 +102,13 @@ def test_a_rerun_skips_verified_files_and_rewrites_damaged_or_missing_ones(tmp_p
             running.write_bytes(b"in flight")
             theirs = out / ".notes.txt.part-1"
             theirs.write_bytes(b"my data")
+            (out / ".part-7").write_bytes(b"odd")   # a name with nothing before the suffix
             done = run("export", "--db", str(tmp_path / "l"), str(out))
         finally:
             live.kill()
     assert done.returncode == 0 and f"({len(manifest) - 2} already there)".encode() in done.stderr
     assert not stale.exists() and running.read_bytes() == b"in flight" and theirs.read_bytes() == b"my data"
+    assert (out / ".part-7").read_bytes() == b"odd"
     for m in _manifest(out):
         assert "blake3:" + _blake3.hexdigest((out / m["path"]).read_bytes()) == m["hash"]
 
