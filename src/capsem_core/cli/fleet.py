@@ -32,12 +32,10 @@ from capsem_core.cli.terminal import colour_wanted
 from capsem_core.errors import LedgerError
 
 if TYPE_CHECKING:
+    from capsem_core.check.incremental import VerifyOptions
     from capsem_core.fleet import FleetReport
     from capsem_core.fleet.cluster import ClientTls
 
-# check's own options that a fleet run passes through to every ledger's check when they are
-# there (check defines them; this module only reads them).
-PASSED_THROUGH = ("incremental", "subset", "max_age")
 # A tls:// scheduler's client settings (capsem_core.fleet.cluster.client_tls reads them).
 TLS_OPTIONS = (("--tls-ca-file", "tls_ca_file", "the CA that signed the scheduler's and this client's certificates"),
                ("--tls-cert", "tls_cert", "this client's certificate (PEM; with its key, unless --tls-key)"),
@@ -89,19 +87,17 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-def run(args: argparse.Namespace, **check_kwargs: Any) -> int:
+def run(args: argparse.Namespace, *, options: VerifyOptions | None) -> int:
     """``check --all``: the fleet run and its report; exit status 1 when any ledger is
-    damaged or unreadable. ``check_kwargs``: keyword arguments of ``check_ledger`` that
-    ``check`` built from its own options (e.g. its verify options), passed to every ledger's
-    check; without them, the PASSED_THROUGH options are read from ``args`` by name."""
+    damaged or unreadable. ``options``: the verify options ``check`` built from its own
+    flags, passed to every ledger's check."""
     if args.session is not None or args.db is not None:
         raise UsageError("check --all checks every ledger; give no SESSION or --db with it")
     # The fleet's machinery and its text load only for a fleet run (check's start-up is its own).
     from capsem_core.cli.fleet_text import render_fleet
     from capsem_core.fleet import UnsupportedOption, fleet_to_json
 
-    extra = dict(check_kwargs) or {name: getattr(args, name) for name in PASSED_THROUGH
-                                   if getattr(args, name, None) is not None}
+    extra: dict[str, Any] = {"options": options}
     tls: ClientTls | None = None
     if args.scheduler is not None:
         from capsem_core.fleet.cluster import DaskMissing, check_address, client_tls, require_dask
