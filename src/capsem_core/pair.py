@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import BinaryIO
 
 from capsem_core import db
 from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.format import FILE_HEADER_BYTES
-from capsem_core.outputs import open_output_dir
+from capsem_core.outputs import file_at, open_output_dir
 from capsem_core.paths import SESSION_BODIES, SESSION_DB, WRITER_LOCK_SUFFIX
 
 SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
@@ -31,9 +32,8 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
     dest = Path(destination)
     made = not os.path.lexists(dest)
     dir_fd = open_output_dir(dest, create=True)
-    placed: list[str] = []
-    pid = os.getpid()
-    tmp_db, tmp_bodies = f".{SESSION_DB}.copy-{pid}", f".{SESSION_BODIES}.copy-{pid}"
+    tmp_db = f".{SESSION_DB}.copy-{os.getpid()}"
+    bodies_placed = done = False
     try:
         for name in (SESSION_DB, SESSION_BODIES):
             if _lexists_at(dir_fd, name):
@@ -51,30 +51,35 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
                 (extent,) = out.execute("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks").fetchone()
             finally:
                 out.close()
-            _same_directory(dest, dir_fd)
-            _copy_prefix(bodies_path, dir_fd, tmp_bodies, max(int(extent), FILE_HEADER_BYTES))
-            _fsync_at(dir_fd, tmp_db)
-            for tmp, name in ((tmp_bodies, SESSION_BODIES), (tmp_db, SESSION_DB)):
-                os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                placed.append(name)
-            os.fsync(dir_fd)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"copy failed: {exc}", db_path) from None
-    except BaseException:
-        for name in placed:
-            _unlink_at(dir_fd, name)
-        if made:
-            _unlink_at(dir_fd, tmp_db)
-            _unlink_at(dir_fd, tmp_bodies)
+        _same_directory(dest, dir_fd)
+        # session.bodies through the policy's per-file rule (a temporary renamed in whole), then
+        # session.db renamed in last: a copy cut short is never read as a ledger.
+        with file_at(dir_fd, SESSION_BODIES, dest, mode=0o600, durable=True) as bodies:
+            _copy_prefix(bodies_path, bodies, max(int(extent), FILE_HEADER_BYTES))
+        bodies_placed = True
+        db_fd = os.open(tmp_db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.fsync(db_fd)
+        finally:
+            os.close(db_fd)
+        os.rename(tmp_db, SESSION_DB, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+        done = True
+    finally:
+        if not done:
+            for name in (tmp_db, *((SESSION_BODIES,) if bodies_placed else ())):
+                try:
+                    os.unlink(name, dir_fd=dir_fd)
+                except OSError:
+                    pass
+        os.close(dir_fd)
+        if made and not done:
             try:
                 os.rmdir(dest)   # only when empty: what this call made, nothing else
             except OSError:
                 pass
-        raise
-    finally:
-        _unlink_at(dir_fd, tmp_db)
-        _unlink_at(dir_fd, tmp_bodies)
-        os.close(dir_fd)
 
 
 def _lexists_at(dir_fd: int, name: str) -> bool:
@@ -83,13 +88,6 @@ def _lexists_at(dir_fd: int, name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _unlink_at(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
 
 
 def _same_directory(path: Path, dir_fd: int) -> None:
@@ -104,34 +102,20 @@ def _same_directory(path: Path, dir_fd: int) -> None:
         raise LedgerError("the output directory was replaced while the copy was written", path)
 
 
-def _copy_prefix(src: Path, dir_fd: int, name: str, length: int) -> None:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(src, flags)
+def _copy_prefix(src: Path, out: BinaryIO, length: int) -> None:
+    """The first ``length`` bytes of ``src`` into ``out``; LedgerError when it holds fewer."""
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
         if size < length:
             raise LedgerError(f"session.bodies is {size} bytes but its index commits {length}", src)
-        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=dir_fd)
-        try:
-            remaining = length
-            while remaining:
-                chunk = os.read(fd, min(_COPY_CHUNK, remaining))
-                if not chunk:
-                    raise LedgerError("session.bodies shrank while it was copied", src)
-                os.write(out, chunk)
-                remaining -= len(chunk)
-            os.fsync(out)
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
-
-
-def _fsync_at(dir_fd: int, name: str) -> None:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        os.fsync(fd)
+        remaining = length
+        while remaining:
+            chunk = os.read(fd, min(_COPY_CHUNK, remaining))
+            if not chunk:
+                raise LedgerError("session.bodies shrank while it was copied", src)
+            out.write(chunk)
+            remaining -= len(chunk)
     finally:
         os.close(fd)
 
