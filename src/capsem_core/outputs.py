@@ -12,9 +12,15 @@ through here, so one rule holds everywhere:
   once whole, so an interrupt leaves the old file or the new one, never a mix; the new file
   keeps the old one's permissions;
 - an existing character device or FIFO is written into, as ``cp`` does (a FIFO only when a
-  reader holds it open: never a hang); it is never unlinked or renamed over. A block device,
-  a socket or a directory is refused in one line, as is a symbolic link;
-- ``-`` is standard output (``body -o -``, ``export --warc -``).
+  reader holds it open: never a hang; never a terminal, which a ledger's bytes could drive);
+  it is never unlinked or renamed over. A block device, a socket or a directory is refused in
+  one line, as is a symbolic link;
+- ``-`` is standard output (``body -o -``, ``export --warc -``), as is a link to it
+  (``/dev/stdout``, ``/dev/fd/1``);
+- an output never replaces a file the command reads, nor Capsem's own ``session.db``,
+  ``session.bodies`` or ``main.db``, nor puts a file SQLite or the writer would take for one
+  of theirs (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``) beside one; the directory is
+  compared by identity, so ``..``, a link or a bind mount reaching it changes nothing.
 
 ``write_output`` writes bytes already in hand; ``output_stream`` is the same policy for an
 output streamed as it is made (``export --warc``): the temporary file is renamed into place
@@ -22,7 +28,8 @@ only when the stream ends normally. Inside an output directory opened once
 (``open_output_dir``), ``file_at`` and ``write_file_at`` are the same rule per file (``export
 DIR``'s bodies and its streamed manifest, the verification record).
 
-Every refusal is a LedgerError naming the path.
+Every refusal, and every failure to write, is a LedgerError naming the output path (never
+its hidden temporary).
 """
 
 from __future__ import annotations
@@ -32,18 +39,25 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from capsem_core.errors import LedgerError, SymlinkRefused
+from capsem_core.paths import SESSION_BODIES, SESSION_DB, WRITER_LOCK_SUFFIX
 
 PathArg = os.PathLike[str] | str
 STDOUT = "-"
 PART_SUFFIX = ".part-"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+NAME_MAX = 255
+# Capsem's files, and the names beside one that SQLite or the writer reads as part of it.
+CAPSEM_FILES = (SESSION_DB, SESSION_BODIES, "main.db")
+SIDECARS = ("-wal", "-shm", "-journal", WRITER_LOCK_SUFFIX)
+# What a write that ran out of room or hit a bad disk raises with no file name of its own.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
 
 
 def check_output_name(path: PathArg, what: str = "output path") -> None:
@@ -79,16 +93,22 @@ def open_output_dir(path: PathArg, *, create: bool = False) -> int:
             raise LedgerError(f"cannot create the output directory: {exc.strerror}", path) from None
         except OSError as exc:
             raise LedgerError(f"cannot create the output directory: {exc.strerror}", path) from None
+    return _open_dir(path, "output directory", follow=False)
+
+
+def _open_dir(path: PathArg, what: str, *, follow: bool) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(path, flags)
     except FileNotFoundError:
-        raise LedgerError("the output directory does not exist (it is not created)", path) from None
+        raise LedgerError(f"the {what} does not exist (it is not created)", path) from None
     except NotADirectoryError:
-        raise LedgerError("the output path is not a directory", path) from None
+        raise LedgerError("the output path is not a directory" if what == "output directory"
+                          else f"the {what} is not a directory", path) from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SymlinkRefused("refusing an output directory that is a symbolic link", path) from None
-        raise LedgerError(f"cannot open the output directory: {exc.strerror}", path) from None
+        if exc.errno == errno.ELOOP and not follow:
+            raise SymlinkRefused(f"refusing an {what} that is a symbolic link", path) from None
+        raise LedgerError(f"cannot open the {what}: {exc.strerror}", path) from None
 
 
 def _refuse_link(path: PathArg, what: str) -> None:
@@ -98,6 +118,18 @@ def _refuse_link(path: PathArg, what: str) -> None:
         return
     if link:
         raise SymlinkRefused(f"refusing an {what} that is a symbolic link", path)
+
+
+def names_stdout(path: PathArg) -> bool:
+    """Whether ``path`` is ``-`` or a link to this process's standard output
+    (``/dev/stdout``, ``/dev/fd/1``): written as ``-`` is, whatever stdout is."""
+    raw = os.fspath(path)
+    if raw == STDOUT:
+        return True
+    try:
+        return stat.S_ISLNK(os.lstat(raw).st_mode) and os.path.samestat(os.stat(raw), os.fstat(1))
+    except (OSError, ValueError):
+        return False
 
 
 def _output_file(path: PathArg) -> tuple[str, str]:
@@ -118,7 +150,8 @@ def _output_file(path: PathArg) -> tuple[str, str]:
         return raw, "file"
     mode = st.st_mode
     if stat.S_ISLNK(mode):
-        raise SymlinkRefused("refusing an output file that is a symbolic link", raw)
+        raise SymlinkRefused("refusing an output file that is a symbolic link"
+                             + (" (name - for standard output)" if names_stdout(raw) else ""), raw)
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return raw, "fifo" if stat.S_ISFIFO(mode) else "device"
     if not stat.S_ISREG(mode):
@@ -128,11 +161,69 @@ def _output_file(path: PathArg) -> tuple[str, str]:
     return raw, "file"
 
 
-def write_output(path: PathArg, data: bytes | memoryview) -> None:
+def refuse_capsem_file(dir_fd: int, name: str, shown: PathArg, inputs: Sequence[PathArg] = ()) -> None:
+    """LedgerError when writing ``name`` in the directory ``dir_fd`` would replace a file the
+    command reads (one of ``inputs``) or Capsem's own ``session.db``, ``session.bodies`` or
+    ``main.db``, or would put beside one a name SQLite or the writer reads as part of it
+    (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``). Directories are compared by identity,
+    so ``..``, a link or a bind mount reaching the same one is caught."""
+    here = os.fstat(dir_fd)
+    for path in inputs:
+        folder, base = os.path.split(os.path.abspath(os.fspath(path)))
+        if name != base and name not in {base + suffix for suffix in SIDECARS}:
+            continue
+        try:
+            same = os.path.samestat(here, os.stat(folder))
+        except OSError:
+            continue
+        if same:
+            what = base if name == base else f"{name}, a sidecar SQLite or the writer reads as part of {base}"
+            raise LedgerError(f"the output file is {what}, which this command reads; refusing to write "
+                              "there: name another file", shown)
+    base = next((name[:-len(suffix)] for suffix in SIDECARS if name.endswith(suffix)), name)
+    if base in CAPSEM_FILES and exists_at(dir_fd, base):
+        what = f"Capsem's {base}" if name == base else f"{name}, which SQLite or the writer reads as part of {base}"
+        raise LedgerError(f"the output file is {what}; refusing to write there: name another file", shown)
+
+
+def exists_at(dir_fd: int, name: str) -> bool:
+    """Whether anything (a link included, not followed) is at ``name`` in ``dir_fd``."""
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def part_name(name: str) -> str:
+    """The hidden temporary a file ``name`` is written as: ``.{name}.part-{pid}``, or, where
+    that would pass the 255 bytes a name may have, ``name`` cut short with a checksum of all
+    of it, so any name that may be written can be."""
+    part = f".{name}{PART_SUFFIX}{os.getpid()}"
+    if len(os.fsencode(part)) <= NAME_MAX:
+        return part
+    import zlib
+
+    whole = os.fsencode(name)
+    tail = f"~{zlib.crc32(whole):08x}{PART_SUFFIX}{os.getpid()}"
+    return f".{os.fsdecode(whole[:NAME_MAX - 1 - len(tail)])}{tail}"
+
+
+def _write_failed(exc: BaseException, tmp: str, shown: PathArg) -> BaseException:
+    """An OSError from creating or filling the temporary ``tmp`` as a LedgerError naming the
+    output; any other exception as it is."""
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and (
+            exc.filename == tmp or (exc.filename is None and exc.errno in _WRITE_ERRNOS)):
+        return LedgerError(f"cannot write the output file: {exc.strerror}", shown)
+    return exc
+
+
+def write_output(path: PathArg, data: bytes | memoryview, *, inputs: Sequence[PathArg] = ()) -> None:
     """Write ``data`` to the file ``path`` under the policy above: a regular file (or a new
     name) replaced atomically in its existing directory, a character device or a FIFO with a
-    reader written into, anything else refused. ``-`` is not handled here: the command writes
-    standard output itself."""
+    reader written into, anything else refused, as is a file of ``inputs`` (the files the
+    command reads) or of Capsem's. ``-`` is not handled here: the command writes standard
+    output itself."""
     raw, kind = _output_file(path)
     if kind != "file":
         _write_into(raw, data, fifo=kind == "fifo")
@@ -140,68 +231,55 @@ def write_output(path: PathArg, data: bytes | memoryview) -> None:
     parent, name = os.path.split(raw)
     dir_fd = _parent_dir(parent)
     try:
+        refuse_capsem_file(dir_fd, name, raw, inputs)
         write_file_at(dir_fd, name, data, parent or None)
     finally:
         os.close(dir_fd)
 
 
 def _parent_dir(parent: str) -> int:
-    """A descriptor of the directory an output file's name lies in: ``parent`` as the policy
-    opens an output directory, or the current directory for a bare name (which names no
-    directory, so it is not refused as ``.``)."""
-    if parent:
-        return open_output_dir(parent)
-    try:
-        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise LedgerError(f"cannot open the current directory: {exc.strerror}", ".") from None
+    """A descriptor of the directory an output file's name lies in: ``parent`` (the user's
+    way to it, ``.``, ``..`` and links included; only the file's own name is held to the
+    policy), or the current directory for a bare name."""
+    return _open_dir(parent or ".", "directory holding the output file", follow=True)
 
 
 @contextmanager
-def output_stream(path: PathArg) -> Iterator[BinaryIO]:
+def output_stream(path: PathArg, *, inputs: Sequence[PathArg] = ()) -> Iterator[BinaryIO]:
     """A binary file to stream an output of unknown size into, under the policy above.
 
     A regular file (or a new name) is written as a fresh temporary file in its directory
-    (``.{name}.part-{pid}``: O_EXCL, no link followed), renamed over the name only when the
-    ``with`` block ends normally; any exception (Ctrl-C and SIGTERM's ``Terminated``
-    included) removes it, so no partial file is ever left under the name or beside it. A
-    character device or a FIFO with a reader is written into as the bytes come (nothing to
-    remove: what was written has gone). ``-`` is standard output, flushed at the end and
-    never closed. Refusals as ``write_output``'s, before anything is created."""
-    if os.fspath(path) == STDOUT:
+    (``part_name``: O_EXCL, no link followed), renamed over the name only when the ``with``
+    block ends normally; any exception (Ctrl-C and SIGTERM's ``Terminated`` included)
+    removes it, so no partial file is ever left under the name or beside it. A character
+    device or a FIFO with a reader is written into as the bytes come (nothing to remove:
+    what was written has gone; a reader that leaves early is a LedgerError). ``-`` (or a link
+    to standard output) is standard output, flushed at the end and never closed. Refusals as
+    ``write_output``'s, before anything is created."""
+    if names_stdout(path):
         out = sys.stdout.buffer
         yield out
         out.flush()
         return
     raw, kind = _output_file(path)
     if kind != "file":
-        with open(_open_into(raw, fifo=kind == "fifo"), "wb", closefd=True) as into:
-            yield into
+        what = "FIFO" if kind == "fifo" else "device"
+        try:
+            with open(_open_into(raw, fifo=kind == "fifo"), "wb", closefd=True) as into:
+                yield into
+        except OSError as exc:
+            if not (isinstance(exc, BrokenPipeError) or exc.filename is None and exc.errno in _WRITE_ERRNOS):
+                raise
+            raise LedgerError(f"the output {what}'s reader closed it before the output was whole"
+                              if isinstance(exc, BrokenPipeError)
+                              else f"cannot write to the output {what}: {exc.strerror}", raw) from None
         return
     parent, name = os.path.split(raw)
     dir_fd = _parent_dir(parent)
     try:
-        kind_there = _kind_in_the_way(dir_fd, name)
-        if kind_there is not None:
-            raise LedgerError(f"the output file is {kind_there}; refusing to replace it", raw)
-        tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
-        try:
-            # Inside the try: an interrupt landing just after the open still removes the file.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                         dir_fd=dir_fd)
-            _keep_mode(dir_fd, name, fd)
-            with open(fd, "wb", closefd=True) as out:
-                yield out
-            kind_there = _kind_in_the_way(dir_fd, name)
-            if kind_there is not None:
-                raise LedgerError(f"the output file became {kind_there} while it was written; not replaced", raw)
-            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+        refuse_capsem_file(dir_fd, name, raw, inputs)
+        with file_at(dir_fd, name, parent or None) as out:
+            yield out
     finally:
         os.close(dir_fd)
 
@@ -219,21 +297,29 @@ def _keep_mode(dir_fd: int, name: str, fd: int) -> None:
 
 def _open_into(path: str, *, fifo: bool) -> int:
     """A descriptor writing into an existing device or FIFO, which is never created,
-    truncated or replaced. A FIFO is opened non-blocking first: without a reader that is
-    ENXIO, one line, not a hang; then it blocks as a pipe does."""
-    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0)
+    truncated or replaced. A FIFO is opened non-blocking first: without a
+    reader that is ENXIO, one line, not a hang; then it blocks as a pipe does. A terminal is
+    refused (a ledger's bytes could drive it), as is whatever stands there by the time it is
+    open if it is not a device or a FIFO any more."""
+    what = "FIFO" if fifo else "device"
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0))
     except OSError as exc:
         if fifo and exc.errno == errno.ENXIO:
             raise LedgerError("the output FIFO has no reader; refusing to wait for one", path) from None
-        raise LedgerError(f"cannot open the output {'FIFO' if fifo else 'device'}: {exc.strerror}", path) from None
-    if fifo:
-        try:
+        raise LedgerError(f"cannot open the output {what}: {exc.strerror}", path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            raise LedgerError(f"the output {what} was replaced while it was opened; nothing written", path)
+        if os.isatty(fd):
+            raise LedgerError("the output is a terminal, which a ledger's bytes could drive: name - for "
+                              "standard output (text shown escaped) or a file", path)
+        if fifo:
             os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -244,6 +330,8 @@ def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise LedgerError("the output FIFO's reader closed it before the output was whole", path) from None
     except OSError as exc:
         raise LedgerError(f"cannot write to the output {'FIFO' if fifo else 'device'}: {exc.strerror}",
                           path) from None
@@ -324,7 +412,7 @@ def file_at(dir_fd: int, name: str, directory: PathArg | None = None, *, mode: i
     kind = _kind_in_the_way(dir_fd, name)
     if kind is not None:
         raise LedgerError(f"the output file is {kind}; refusing to replace it", shown)
-    tmp = f".{name}{PART_SUFFIX}{os.getpid()}"
+    tmp = part_name(name)
     try:
         # Inside the try: an interrupt landing just after the open still removes the file.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
@@ -340,12 +428,15 @@ def file_at(dir_fd: int, name: str, directory: PathArg | None = None, *, mode: i
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         if durable:
             os.fsync(dir_fd)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
-        raise
+        failed = _write_failed(exc, tmp, shown)
+        if failed is exc:
+            raise
+        raise failed from None
 
 
 def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: PathArg | None = None, *,
@@ -391,6 +482,7 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["PART_SUFFIX", "STDOUT", "check_output_name", "export_name", "file_at", "is_export_name", "open_output_dir",
-           "output_stream", "prepare_output_dir", "regular_size_at", "remove_stale_parts", "safe_component",
+__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "check_output_name", "exists_at", "export_name",
+           "file_at", "is_export_name", "names_stdout", "open_output_dir", "output_stream", "part_name",
+           "prepare_output_dir", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "safe_component",
            "write_file_at", "write_output"]

@@ -274,7 +274,8 @@ def test_a_failure_mid_export_leaves_no_file(sample: Path, tmp_path: Path, monke
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(warc.sources, "source_rows", broken)
-    with Ledger(sample) as ledger, pytest.raises(OSError):
+    with Ledger(sample) as ledger, pytest.raises(LedgerError, match="No space left on device") as raised:
         ledger.export_warc(tmp_path / "x.warc.gz")
+    assert raised.value.path is not None and Path(raised.value.path).name == "x.warc.gz"   # the output, named
     assert [p.name for p in tmp_path.iterdir()] == ["x.warc.gz"]
     assert (tmp_path / "x.warc.gz").read_bytes() == b"an older export"

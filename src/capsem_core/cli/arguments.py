@@ -10,7 +10,7 @@ from pathlib import Path
 from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
-from capsem_core.outputs import STDOUT, check_output_name
+from capsem_core.outputs import STDOUT, check_output_name, names_stdout
 from capsem_core.paths import SESSION_DB
 
 
@@ -85,11 +85,12 @@ def session_argument(text: str) -> str:
 def output_argument(what: str, *, stdout: bool = False) -> Callable[[str], str]:
     """An argparse type of a path a command writes (``outputs.check_output_name``'s rule:
     never empty, never naming ``.``, ``..`` or ``/``); with ``stdout``, ``-`` is standard
-    output. A bad name is a usage error, said before the ledger is read."""
+    output, and so is a link to it (``/dev/stdout``: taken as ``-``, so a terminal there is
+    treated as one). A bad name is a usage error, said before the ledger is read."""
 
     def parse(text: str) -> str:
-        if stdout and text == STDOUT:
-            return text
+        if stdout and names_stdout(text):
+            return STDOUT
         try:
             check_output_name(text, what)
         except LedgerError as exc:

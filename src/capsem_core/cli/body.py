@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         table, direction, content_type, _ = matches[0]
         data = ledger.read_body(args.event_id, table, direction)
     if args.output is not None and args.output != STDOUT:
-        write_output(args.output, data)
+        write_output(args.output, data, inputs=(ledger.db_path, ledger.bodies_path))
         return 0
     if not sys.stdout.isatty():   # -o - on a terminal is the terminal: shown as below
         _write_stdout(data)

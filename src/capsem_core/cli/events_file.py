@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             if args.format == "parquet" and unions:
                 raise LedgerError(f"{table}.{unions[0]} holds values of several storage classes (an Arrow union), "
                                   "which Parquet cannot hold: write --format arrow", db_path)
-            with output_stream(args.output) as out:
+            with output_stream(args.output, inputs=(ledger.db_path,)) as out:
                 writer = (pq.ParquetWriter(out, reader.schema) if args.format == "parquet"
                           else ipc.new_file(out, reader.schema))
                 try:

@@ -133,7 +133,7 @@ def export_warc(ledger: Ledger, destination: Destination, query: sources.Query, 
     if hasattr(destination, "write"):
         return write_warc(ledger, destination, query, level=level, threads=threads,  # type: ignore[arg-type]
                           max_bytes=max_bytes)
-    with output_stream(destination) as out:
+    with output_stream(destination, inputs=(ledger.db_path, ledger.bodies_path)) as out:
         summary = write_warc(ledger, out, query, level=level, threads=threads, max_bytes=max_bytes)
     return summary
 
