@@ -177,6 +177,16 @@ def test_a_copy_refuses_to_overwrite_an_existing_ledger(tmp_path: Path) -> None:
         ledger.copy_to(tmp_path / "b")
 
 
+def test_a_copy_refuses_a_directory_holding_anything_a_stale_wal_most_of_all(tmp_path: Path) -> None:
+    """A -wal left in the destination would be replayed into the copied session.db."""
+    write_ledger(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "session.db-wal").write_bytes(b"a -wal of another database")
+    with Ledger(tmp_path / "a") as ledger, pytest.raises(errors.LedgerError, match="not empty"):
+        ledger.copy_to(tmp_path / "b")
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["session.db-wal"]
+
+
 def test_a_copy_of_a_ledger_whose_archive_is_short_fails_and_leaves_nothing(tmp_path: Path) -> None:
     write_ledger(tmp_path / "a")
     (tmp_path / "there").mkdir()

@@ -11,11 +11,13 @@ from typing import BinaryIO
 from capsem_core import db
 from capsem_core.errors import LedgerError, WriterBusy
 from capsem_core.format import FILE_HEADER_BYTES
-from capsem_core.outputs import file_at, open_output_dir
+from capsem_core.outputs import exists_at, file_at, open_output_dir
 from capsem_core.paths import SESSION_BODIES, SESSION_DB, WRITER_LOCK_SUFFIX
 
 SIDECAR_SUFFIXES = ("-wal", "-shm", WRITER_LOCK_SUFFIX)
 _COPY_CHUNK = 1 << 20
+# SQLite's primary codes for a destination that cannot be written: READONLY, CANTOPEN, FULL.
+_WRITE_FAILURES = frozenset({8, 13, 14})
 
 
 def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destination: Path) -> None:
@@ -25,7 +27,7 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
     ``conn``.
 
     ``destination`` goes through the output-path policy (``outputs.open_output_dir``): its
-    name checked, never a link, made when missing but never its parent. Both files are
+    name checked, never a link, made when missing but never its parent, and empty. Both files are
     written as temporaries through a descriptor of it and renamed into place, session.bodies
     first and session.db last, so a copy cut short is never read as a ledger; on a failure
     nothing of the copy is left (the directory too, when this call made it)."""
@@ -36,8 +38,13 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
     bodies_placed = done = False
     try:
         for name in (SESSION_DB, SESSION_BODIES):
-            if _lexists_at(dir_fd, name):
+            if exists_at(dir_fd, name):
                 raise LedgerError("refusing to overwrite an existing ledger file", dest / name)
+        # Anything else there could be read as part of the copy (a stale -wal is replayed into
+        # its session.db), so the directory is new or empty.
+        if os.listdir(dir_fd):
+            raise LedgerError("the destination directory is not empty: a copy goes into a new or empty "
+                              "directory", dest)
         try:
             # SQLite's backup writes to a path: the directory's, held to be the one opened.
             _same_directory(dest, dir_fd)
@@ -52,6 +59,8 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
             finally:
                 out.close()
         except sqlite3.DatabaseError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _WRITE_FAILURES:
+                raise LedgerError(f"cannot write the copy: {exc}", dest / SESSION_DB) from None
             raise LedgerError(f"copy failed: {exc}", db_path) from None
         _same_directory(dest, dir_fd)
         # session.bodies through the policy's per-file rule (a temporary renamed in whole), then
@@ -80,14 +89,6 @@ def copy_pair(conn: sqlite3.Connection, db_path: Path, bodies_path: Path, destin
                 os.rmdir(dest)   # only when empty: what this call made, nothing else
             except OSError:
                 pass
-
-
-def _lexists_at(dir_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _same_directory(path: Path, dir_fd: int) -> None:
