@@ -233,6 +233,13 @@ def test_a_dangling_symlinked_directory_is_refused_and_nothing_is_created(tmp_pa
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_an_empty_path_is_refused_and_nothing_is_written_in_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LedgerError, match="is empty"):
+        LedgerWriter("")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["session.db", "session.bodies"])
 def test_a_symlinked_ledger_file_is_refused_with_the_readers_error(tmp_path, name):
     LedgerWriter(tmp_path / "real").close()

@@ -36,7 +36,10 @@ _OPEN_RETRIES = 50
 
 
 def _ledger_directory(path: os.PathLike[str] | str) -> Path:
-    """The ledger directory named by ``path``: the directory, or its session.db (as ``Ledger`` takes)."""
+    """The ledger directory named by ``path``: the directory, or its session.db (as ``Ledger`` takes).
+    ``""`` is refused: it would write a ledger into the current directory unnamed."""
+    if os.fspath(path) == "":
+        raise LedgerError("the ledger directory is empty (\"\" is not the current directory): name one")
     p = Path(path)
     if p.name == SESSION_DB and not is_real_dir(p):
         return p.parent
