@@ -418,6 +418,26 @@ def test_sample_onto_an_existing_ledger_is_one_line_exit_1(tmp_path: Path) -> No
                    "refusing to overwrite it with a sample\n")
 
 
+def test_a_sample_that_fails_midway_says_what_it_left_in_one_line(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE stands in for a disk that fills: the line names the failure and says the
+    directory holds a partial sample a rerun will not write over."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512 << 10, 512 << 10))
+
+    proc = subprocess.run([sys.executable, "-m", "capsem_core", "sample", str(tmp_path / "s"), "--mix", "large",
+                           "--bodies", "50"], capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"capsem-ledger sample: {tmp_path / 's'}")
+    assert proc.stderr.endswith(f"{tmp_path / 's'} holds the partial sample written before it (remove it to write "
+                                "the sample again)\n")
+
+
 def test_a_sample_written_without_syncs_is_the_ledger_a_durable_writer_writes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from capsem_core.sample import ledger as sample_ledger

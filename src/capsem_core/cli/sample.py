@@ -10,6 +10,7 @@ whose ledgers check sound; the one line on stderr says so.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -18,6 +19,7 @@ from capsem_core.outputs import prepare_output_dir
 from capsem_core.sample import MIXES, parse_size, write_sample_home, write_sample_ledger
 from capsem_core.sample.units import MIB
 from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.errors import LedgerError
 from capsem_core.cli.terminal import sanitize
 
 # Upper bounds of the sample's sizes: far above any sample anyone writes, and low enough that
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
     if args.home and args.raw_bytes is not None:
         raise UsageError("--raw-bytes applies to one ledger, not to --home")
+    before = _entries(args.directory)
     prepare_output_dir(args.directory, "sample directory")
     # The writers' warnings are shown after a normal run; after an interrupt the one line below
     # says all there is to say (an interrupted writer takes its archive out of service).
@@ -69,10 +72,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"capsem-ledger sample: {what}; {sanitize(args.directory)} holds a partial sample whose "
                   "ledgers check sound (every body committed before the signal is whole)", file=sys.stderr)
             return code
+        except LedgerError as e:
+            # What was written before the failure stays, a sample that checks sound; a rerun
+            # refuses to write over it, so the line says so.
+            if _entries(args.directory) != before:
+                raise LedgerError(f"{e.detail}; {sanitize(args.directory)} holds the partial sample written "
+                                  "before it (remove it to write the sample again)", e.path) from None
+            raise
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     print("\n".join(sanitize(line) for line in text.split("\n")))   # DIR is echoed
     return 0
+
+
+def _entries(directory: str) -> frozenset[str] | None:
+    """The names in ``directory`` (None when it is not one), to tell whether a failed run
+    wrote anything."""
+    try:
+        return frozenset(os.listdir(directory))
+    except OSError:
+        return None
 
 
 def _write_sample(args: argparse.Namespace) -> str:
