@@ -309,6 +309,7 @@ def test_a_wal_that_cannot_be_replayed_is_reported_never_silently_skipped(base, 
         read = run([sys.executable, "-c", LEDGER_SNIPPET, str(d)])
         assert read.returncode == 1 and read.stdout == ""
         assert read.stderr.count("\n") == 1 and str(wal) in read.stderr and "-shm" in read.stderr, read.stderr
+        assert read.stderr.count(str(wal)) == 1, read.stderr   # named once, as every error names its file
         assert snapshot(d) == before
 
 

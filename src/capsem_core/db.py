@@ -76,9 +76,12 @@ class WalState(NamedTuple):
     frames: int    # frames of the current WAL generation (salts match the WAL header)
     commits: int   # of those, the frames that end a transaction
 
-    def describe(self) -> str:
-        return (f"{self.path} holds {self.commits} committed transaction(s) ({self.frames} pages) "
-                "that SQLite cannot replay here: there is no -shm beside it and none can be created")
+    def describe(self, *, named: bool = True) -> str:
+        """What the -wal holds, in words; ``named=False`` leaves its path out (for an error that
+        names it already)."""
+        return (f"{f'{self.path} holds' if named else 'it holds'} {self.commits} committed transaction(s) "
+                f"({self.frames} pages) that SQLite cannot replay here: there is no -shm beside it and none can "
+                "be created")
 
 
 class ReadPlan(NamedTuple):
@@ -206,7 +209,7 @@ def main_file_is_snapshot(path: PathArg, plan: ReadPlan | None = None) -> bool:
 def unread_wal_error(plan: ReadPlan) -> LedgerError:
     """The one-line refusal for a plan whose -wal holds commits it cannot read."""
     assert plan.unread_wal is not None
-    return LedgerError(f"{plan.unread_wal.describe()}; reading {os.path.basename(plan.path)} alone would miss "
+    return LedgerError(f"{plan.unread_wal.describe(named=False)}; reading {os.path.basename(plan.path)} alone would miss "
                        "them (copy the database with its -wal to writable storage to read it)",
                        plan.unread_wal.path)
 
