@@ -107,10 +107,14 @@ def check_route(conn: sqlite3.Connection, route: SessionRoute | None, row: Route
                       f"session {session} is {state} in main.db, not stopped, so its totals are not compared")
         return
     from capsem_core.sessions.maindb import OPTIONAL_COUNTS
-    from capsem_core.sessions.totals import totals_on
+    from capsem_core.sessions.totals import TotalUnfit, totals_on
 
     counts = [c for c in OPTIONAL_COUNTS if c in row.totals]
-    ledger = totals_on(conn, session, counts)
+    try:
+        ledger = totals_on(conn, session, counts)
+    except TotalUnfit as exc:
+        _not_compared(result, f"the ledger's totals cannot be rolled up: {exc.detail}")
+        return
     differing: list[dict[str, Value]] = []
     for column, recorded in row.totals.items():
         computed = getattr(ledger, column)

@@ -8,6 +8,7 @@ id = ?`` of Capsem's own total columns, computed with Capsem's formulas from the
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -73,6 +74,8 @@ def read_totals(ledger: Path, session_id: str, counts: Sequence[str] = ()) -> Se
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot read the ledger's totals: {exc}", ledger) from exc
+    except TotalUnfit as exc:
+        raise TotalUnfit(f"cannot read the ledger's totals: {exc.detail}", ledger) from None
     finally:
         conn.close()
     return totals
@@ -90,9 +93,9 @@ def totals_on(conn: sqlite3.Connection, session_id: str, counts: Sequence[str] =
     req = one("SELECT COUNT(*) FROM net_events")
     allowed = one("SELECT COUNT(*) FROM net_events WHERE decision = 'allowed'")
     denied = one("SELECT COUNT(*) FROM net_events WHERE decision = 'denied'")
-    tin = one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls")
-    tout = one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls")
-    cost = one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls")
+    tin = _whole("input_tokens", one("SELECT COALESCE(SUM(input_tokens), 0) FROM model_calls"))
+    tout = _whole("output_tokens", one("SELECT COALESCE(SUM(output_tokens), 0) FROM model_calls"))
+    cost = _finite("estimated_cost_usd", one("SELECT COALESCE(SUM(estimated_cost_usd), 0.0) FROM model_calls"))
     tools = one("SELECT COUNT(*) FROM tool_calls")
     files = one("SELECT COUNT(*) FROM fs_events")
     extra = {c: as_int(one(f"SELECT COUNT(*) FROM {OPTIONAL_COUNTS[c]}")) for c in counts}
@@ -101,6 +104,30 @@ def totals_on(conn: sqlite3.Connection, session_id: str, counts: Sequence[str] =
     return SessionTotals(session_id, as_int(req), as_int(allowed), as_int(denied), as_int(tin), as_int(tout),
                          as_float(cost), as_int(tools), as_int(files), extra.get("exec_count"),
                          extra.get("audit_event_count"), mcp)
+
+
+class TotalUnfit(LedgerError):
+    """A sum of the ledger that main.db's column cannot hold as Capsem computes it (a token
+    sum past 64 bits or not whole, a cost that is not finite): refused, never written as 0."""
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _whole(column: str, value: object) -> object:
+    """A token sum as main.db's INTEGER column holds it; TotalUnfit when it cannot."""
+    if isinstance(value, float):
+        if not (value.is_integer() and _INT64[0] <= value <= _INT64[1]):
+            raise TotalUnfit(f"model_calls.{column} sums to {value!r}, which main.db's INTEGER total cannot hold")
+        return int(value)
+    return value
+
+
+def _finite(column: str, value: object) -> object:
+    """A cost sum as main.db's REAL column holds it; TotalUnfit when it is not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TotalUnfit(f"model_calls.{column} sums to {value!r}, which is not a cost main.db can hold")
+    return value
 
 
 def rollup(main_db_path: os.PathLike[str] | str, session_id: str,
@@ -124,7 +151,10 @@ def rollup(main_db_path: os.PathLike[str] | str, session_id: str,
         cur = conn.execute(sql, (*values.values(), session_id))
         if cur.rowcount != 1:
             conn.execute("ROLLBACK")
-            raise LedgerError(f"session {session_id!r} is not registered, so it has no totals to roll up", path)
+            raise LedgerError(f"session {session_id!r} is not registered, so it has no totals to roll up"
+                              if cur.rowcount < 1 else
+                              f"session {session_id!r} has {cur.rowcount} rows in main.db (its id is not unique); "
+                              "not rolled up", path)
         conn.execute("COMMIT")
     return totals
 
