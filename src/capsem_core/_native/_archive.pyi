@@ -48,7 +48,9 @@ MAX_CACHED_BLOCKS: int
 
 class ExtentWalk:
     """Per extent: raw_len and segment count (0 when it failed), the failures as (position,
-    ArchiveError), and the parsed segment headers, kept natively for the verify kernel."""
+    ArchiveError), the sound extents holding an empty segment that is not what an empty
+    segment is (position, its offset, how many), and the parsed segment headers, kept
+    natively for the verify kernel."""
     @property
     def block_offset(self) -> npt.NDArray[np.int64]: ...
     @property
@@ -59,6 +61,8 @@ class ExtentWalk:
     def seg_first(self) -> npt.NDArray[np.int64]: ...
     @property
     def failures(self) -> list[tuple[int, ArchiveError]]: ...
+    @property
+    def empty_faults(self) -> list[tuple[int, int, int]]: ...
     @property
     def segment_count(self) -> int: ...
     def rules_settled(self) -> int: ...

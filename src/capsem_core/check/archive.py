@@ -196,7 +196,9 @@ def _check_block_rows(k_off: Column, k_raw: Column, k_disk: Column, result: Chec
 
 def _walk_extents(snapshot: Snapshot, blocks: Blocks, sane: Mask, result: CheckResult, rules: bool) -> int:
     """Every recorded extent within bounds must be a well-formed segment chain ending exactly
-    at its ``disk_len``, holding exactly its ``raw_len`` (headers only: nothing is inflated).
+    at its ``disk_len``, holding exactly its ``raw_len``, its empty segments what an empty
+    segment is (headers only, and an empty FINAL segment's few payload bytes: nothing a body
+    reaches is inflated).
     One native pass; the segment headers it parsed are kept for the verify kernel. Returns
     how many extents walked sound."""
     sound = blocks.take(sane)
@@ -209,6 +211,13 @@ def _walk_extents(snapshot: Snapshot, blocks: Blocks, sane: Mask, result: CheckR
         result.add(Finding("bad_extent", ERROR,
                            f"block at offset {off} (extent of {disk_len} bytes): {exc.detail}",
                            location={"block_offset": off, "kind": kind_of(exc)}))
+    for i, at, many in walk.empty_faults:
+        off = int(k_off[i])
+        some = "an empty segment" if many == 1 else f"{many} empty segments"
+        result.add(Finding("bad_empty_segment", ERROR,
+                           f"block at offset {off} holds {some} unlike one (the first at offset {at}): a hash other than BLAKE3 of no bytes, or a FINAL "
+                           "payload that is not a whole deflate stream yielding nothing; no body reaches it, so no "
+                           "read back shows it", location={"block_offset": off, "segment_offset": at}))
     for i in np.flatnonzero(~failed & (walk.raw_len != k_raw)).tolist():
         off = int(k_off[i])
         result.add(Finding("raw_len_mismatch", ERROR,

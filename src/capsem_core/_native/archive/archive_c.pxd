@@ -19,6 +19,8 @@ cdef extern from "archive_reader.h" nogil:
         uint64_t raw_len
         uint64_t segments
         int final
+        uint64_t empty_faults
+        uint64_t empty_fault_at
     capsem_cursor *capsem_cursor_new()
     void capsem_cursor_free(capsem_cursor *c)
     void capsem_cursor_discard(capsem_cursor *c)

@@ -16,6 +16,7 @@
  * zlib's rules (archive_deflate_rules.c) and refused unless they hold (unless the walk's
  * table says they were found to hold already, archive_rules_ahead.c). So success here means
  * the cursor reads the same bytes, and failure that the cursor decides. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h> /* getentropy: glibc >= 2.25, macOS >= 10.12, the BSDs */
@@ -176,4 +177,32 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
     out->final = final;
     out->segments = segments;
     return 1;
+}
+
+/* capsem_inflate_empty_final's decompressor: one per thread (the extent walk runs on the
+ * caller's), made on first use and freed when the thread ends. */
+static pthread_key_t empty_key;
+static pthread_once_t empty_once = PTHREAD_ONCE_INIT;
+static int empty_key_made;
+
+static void empty_free(void *d) { libdeflate_free_decompressor(d); }
+
+static void empty_init(void) { empty_key_made = pthread_key_create(&empty_key, empty_free) == 0; }
+
+int capsem_inflate_empty_final(const uint8_t *in, size_t len) {
+    pthread_once(&empty_once, empty_init);
+    if (!empty_key_made) return -1;
+    struct libdeflate_decompressor *d = pthread_getspecific(empty_key);
+    if (!d) {
+        d = libdeflate_alloc_decompressor();
+        if (!d) return -1;
+        if (pthread_setspecific(empty_key, d) != 0) {
+            libdeflate_free_decompressor(d);
+            return -1;
+        }
+    }
+    size_t used_in = 0, used_out = 0;
+    uint8_t none[1];
+    enum libdeflate_result r = libdeflate_deflate_decompress_ex(d, in, len, none, 0, &used_in, &used_out);
+    return r == LIBDEFLATE_SUCCESS && used_in == len && used_out == 0 && capsem_deflate_zlib_accepts(in, len);
 }

@@ -61,4 +61,11 @@ int capsem_inflate_segments(capsem_inflater *f, const uint8_t *base, uint64_t si
                             uint64_t need, uint8_t **raw, size_t *raw_cap, const capsem_segment_ref *ref,
                             const capsem_segment_ref *ref_end, int hashes, capsem_inflate_end *out);
 
+/* Whether a payload that must hold nothing and end its block's stream (an empty FINAL
+ * deflate segment's) does: a complete raw-deflate stream of exactly `len` bytes, through its
+ * final block, that zlib accepts and that yields no byte. No body's span reaches such a
+ * segment, so no inflate of the kernel's ever reads it: the extent walk asks this instead.
+ * 1 when it does, 0 when not, -1 when it could not be told (no memory). */
+int capsem_inflate_empty_final(const uint8_t *in, size_t len);
+
 #endif

@@ -16,6 +16,11 @@
 #include "archive_reader.h"
 #include "blake3.h"
 
+/* BLAKE3 of no bytes: the hash an empty segment's header carries. */
+static const uint8_t EMPTY_HASH[32] = {0xaf, 0x13, 0x49, 0xb9, 0xf5, 0xf9, 0xa1, 0xa6, 0xa0, 0x40, 0x4d,
+                                       0xea, 0x36, 0xdc, 0xc9, 0x49, 0x9b, 0xcb, 0x25, 0xc9, 0xad, 0xc1,
+                                       0x12, 0xb7, 0xcc, 0x9a, 0x93, 0xca, 0xe4, 0x1f, 0x32, 0x62};
+
 /* Blocks are at most 16 MiB raw, so no zstd window needs to be larger; a frame that asks
  * for more is refused instead of sizing an allocation from hostile bytes. */
 #define CAPSEM_ZSTD_WINDOW_LOG_MAX 24
@@ -405,6 +410,13 @@ capsem_status capsem_walk_extent(const uint8_t *base, uint64_t size, uint64_t bl
         if (codec == CAPSEM_CODEC_DEFLATE && !final && !capsem_has_sync_tail(base + payload_at, h.comp_len)) {
             set_error(err, CAPSEM_E_SEGMENT, at, "the payload does not end on a sync flush");
             return CAPSEM_E_SEGMENT;
+        }
+        if (h.raw_len == 0 &&
+            (memcmp(h.hash, EMPTY_HASH, 32) != 0 ||
+             (codec == CAPSEM_CODEC_DEFLATE && final &&
+              capsem_inflate_empty_final(base + payload_at, h.comp_len) == 0)) &&
+            out->empty_faults++ == 0) {
+            out->empty_fault_at = at;
         }
         if (table && !table_append(table, at, &h, codec)) {
             set_error(err, CAPSEM_E_NOMEM, block_offset, NULL);

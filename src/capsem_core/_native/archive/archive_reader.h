@@ -61,12 +61,18 @@ uint64_t capsem_cursor_segments_inflated(const capsem_cursor *c);
 
 /* Structure of a committed extent [block_offset, block_offset + disk_len), headers only:
  * every segment header bounded and chained, the extent ending exactly on a segment end,
- * nothing after a FINAL segment, non-final deflate payloads ending on a sync flush. */
+ * nothing after a FINAL segment, non-final deflate payloads ending on a sync flush.
+ * `empty_faults` counts the empty segments (raw_len 0) that are not what an empty segment
+ * is, `empty_fault_at` the first one's offset: a hash other than BLAKE3 of no bytes, or a
+ * FINAL deflate payload that is not a whole stream yielding nothing. No body reaches such a
+ * segment, so no read fails on it; the check reports it, every other reader reads on. */
 typedef struct {
     uint8_t codec;
     uint64_t raw_len;
     uint64_t segments;
     int final;
+    uint64_t empty_faults;
+    uint64_t empty_fault_at;
 } capsem_extent;
 
 /* The segment headers a walk parsed, kept so the verify kernel need not parse them again:

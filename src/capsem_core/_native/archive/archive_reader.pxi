@@ -365,6 +365,7 @@ cdef class ArchiveReader:
         walk.segments = np.zeros(n, np.int64)
         walk.seg_first = np.zeros(n + 1, np.int64)
         walk.failures = []
+        walk.empty_faults = []
         cdef const int64_t[::1] vo = offs, vl = lens
         cdef int64_t[::1] vr = walk.raw_len, vs = walk.segments, vf = walk.seg_first
         cdef capsem_extent ext
@@ -411,6 +412,8 @@ cdef class ArchiveReader:
                                                            at=e.at, codec=e.codec, detail=_detail(&e))))
                     continue
                 vr[i] = <int64_t>ext.raw_len
+                if ext.empty_faults:
+                    walk.empty_faults.append((i, <int64_t>ext.empty_fault_at, <int64_t>ext.empty_faults))
                 vs[i] = <int64_t>ext.segments
         finally:
             capsem_drop_batch_flush(&dropped, self.f.map, self.f.size)
@@ -503,12 +506,15 @@ cdef class ArchiveReader:
 
 cdef class ExtentWalk:
     """What ArchiveReader.walk_extents found: per extent (in the order given) its raw_len and
-    segment count (0 for a failed one), the failures as (position, ArchiveError), and the
-    parsed segment headers, kept natively for the verify kernel."""
+    segment count (0 for a failed one), the failures as (position, ArchiveError), the sound
+    extents holding an empty segment that is not what an empty segment is (``empty_faults``:
+    (position, the first such segment's offset, how many); no body reaches one, so nothing
+    else sees it), and the parsed segment headers, kept natively for the verify kernel."""
     cdef capsem_segment_table table
     cdef capsem_rules_ahead *rules
     cdef readonly object block_offset, raw_len, segments, seg_first
     cdef readonly list failures
+    cdef readonly list empty_faults
 
     def __dealloc__(self):
         capsem_rules_ahead_finish(self.rules)   # it writes into the table
