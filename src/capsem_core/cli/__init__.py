@@ -3,31 +3,30 @@ owns how text reaches a terminal, ``errors`` how a command gives up.
 
 ``main`` is the entry point: it imports the command asked for itself (only that one), so that
 a Ctrl-C or SIGTERM arriving while it loads ends in the same one line and exit status as one
-arriving later, never a traceback.
+arriving later, never a traceback. The package and this module import nothing that is not
+loaded with the interpreter already, so the window before that handling starts is the
+interpreter's own start.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-from collections.abc import Sequence
 
+from capsem_core.cli.errors import Terminated, interrupted
 
-class _TerminatedEarly(BaseException):
-    pass
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+del TYPE_CHECKING
 
 
 def _terminated_early(signum: int, frame: object) -> None:
-    raise _TerminatedEarly
+    raise Terminated(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run capsem-ledger with ``argv`` (default: the process's arguments); the exit status."""
-    # Signal handlers belong to the main thread (a test may call main from another).
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated_early) if on_main else None
     # Nothing here multiplies matrices: numpy's OpenBLAS need not start a thread per core (and
     # spin them) in every capsem-ledger process, about 0.1 s of CPU each. A value the user set
     # is kept; a process that imported numpy already has its threads.
@@ -35,7 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (Not list(argv): once the list command is loaded, this package's name "list" is it.)
     words = sys.argv[1:] if argv is None else [*argv]
     program = argv is None   # this process is capsem-ledger, not a caller of main(argv)
+    previous, on_main = None, False
     try:
+        import signal
+        import threading
+
+        # Signal handlers belong to the main thread (a test may call main from another).
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminated_early) if on_main else None
         from capsem_core.cli import app, startup
 
         if program:
@@ -45,9 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("capsem-ledger: interrupted", file=sys.stderr)
         return 130
-    except _TerminatedEarly:
+    except Terminated:
         print("capsem-ledger: terminated", file=sys.stderr)
         return 143
+    except ImportError as exc:
+        # A Ctrl-C inside a native module's import comes out as its ImportError (numpy's).
+        if not interrupted(exc):
+            raise
+        print("capsem-ledger: interrupted", file=sys.stderr)
+        return 130
     finally:
         if on_main:
             signal.signal(signal.SIGTERM, previous)

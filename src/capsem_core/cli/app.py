@@ -25,7 +25,7 @@ from typing import Any, NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
 from capsem_core.cli import startup
-from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.errors import Terminated, UsageError, interrupted
 from capsem_core.cli.terminal import sanitize
 
 # Every command: its name, its one-line help, and the module of this package that holds its
@@ -202,6 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated:
         print(f"{_who(args)}: terminated", file=sys.stderr)
         return 143
+    except ImportError as exc:
+        # A module a command loads as it runs (numpy) turns a Ctrl-C into its ImportError.
+        if not interrupted(exc):
+            raise
+        print(f"{_who(args)}: interrupted", file=sys.stderr)
+        return 130
     finally:
         startup.loaded()   # whatever the command did not say
         if previous is not None:

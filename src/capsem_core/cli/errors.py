@@ -18,4 +18,17 @@ class Terminated(BaseException):
     like Ctrl-C's)."""
 
 
-__all__ = ["Terminated", "UsageError"]
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` came of a Ctrl-C or SIGTERM: one itself, or an error raised while one
+    was being handled (a native module's import turns it into its own ImportError: numpy's)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, Terminated)):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+__all__ = ["Terminated", "UsageError", "interrupted"]
