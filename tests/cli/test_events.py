@@ -189,3 +189,59 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path) 
     proc.stdout.close()
     assert proc.wait(timeout=60) == 0
     assert proc.stderr is not None and proc.stderr.read() == b""
+
+
+@pytest.mark.parametrize("after", ["latest", "start"])
+def test_a_follower_stopped_before_any_event_still_prints_a_cursor_that_misses_nothing(
+        tmp_path: Path, after: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from capsem_core import cli
+    from capsem_core.cli import events as events_command
+    from capsem_core.writer import LedgerWriter
+
+    if after == "latest":
+        write_mixed(tmp_path, 20)
+    else:
+        LedgerWriter(tmp_path).close()   # nothing to print from the start either
+    monkeypatch.setattr(events_command._Stop, "__call__", lambda self: True)   # a Ctrl-C at once, while idle
+    assert cli.main(["events", "--db", str(tmp_path), "--follow", "--jsonl", "--after", after]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    cursor = _cursor(printed.err)
+    write_mixed(tmp_path, 6, first=20)
+    assert len(_jsonl(_run("--db", str(tmp_path), "--jsonl", "--after", cursor).stdout)) == 6
+
+
+def test_a_signal_mid_write_counts_only_the_lines_that_went_out_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C while a slow reader holds the pipe full: the write stops part-way, and
+    the lines the cursor counts are exactly the whole ones the reader got."""
+    from capsem_core.cli import events as events_command
+
+    lines = [f'{{"n":{n}}}\n' for n in range(5)]
+    whole = sum(len(line) for line in lines[:2])
+    read_end, write_end = os.pipe()
+    calls: list[int] = []
+
+    def write(fd: int, data: memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise KeyboardInterrupt   # the second signal, in the blocked write
+        return os.writev(fd, [bytes(data[:whole + 3])])   # two lines and a piece of the third
+
+    class Out:
+        encoding, errors = "utf-8", "strict"
+
+        def fileno(self) -> int:
+            return write_end
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(events_command.os, "write", write)
+    done = [0]
+    with pytest.raises(KeyboardInterrupt):
+        events_command._deliver(Out(), lines, done)   # type: ignore[arg-type]
+    monkeypatch.undo()
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as got:
+        received = got.read()
+    assert done == [2] and received.count(b"\n") == 2 and len(calls) == 2

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import bisect
+import itertools
 import json
 import math
 import os
@@ -100,16 +102,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     db_path = ledger_target(args)
     out = sys.stdout
-    printer = _JsonLines(out) if args.jsonl else _Lines(out, colour_wanted(out))
+    printer = _JsonLines() if args.jsonl else _Lines(colour_wanted(out))
     stop = _Stop()
     previous = {}
     if args.follow:
         previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    state = _Progress(args.after)
+    state = _Progress(args.after, out)
     try:
         with Ledger(db_path) as ledger:
             startup.loaded()   # --follow runs for as long as the user wants: collect as usual
-            pages = (ledger.follow(tables, args.after, _page_size(args.limit), stop=stop) if args.follow
+            pages = (_followed(ledger, tables, args.after, args.limit, stop) if args.follow
                      else _pages(ledger, tables, args.after, args.limit))
             for page in pages:
                 state.print_page(page, printer, args.limit)
@@ -137,6 +139,16 @@ def _page_size(limit: int | None) -> int:
     return MAX_LIMIT if limit is None else min(limit, MAX_LIMIT)
 
 
+def _followed(ledger: Ledger, tables: list[str] | None, after: str, limit: int | None,
+              stop: _Stop) -> Iterator[EventPage]:
+    """The first page read now, even if empty, so a follower stopped before any event still
+    has a cursor to print (``start`` and ``latest`` name no place of their own), then the
+    pages ``follow`` yields as rows are committed."""
+    first = ledger.events(tables, after, _page_size(limit))
+    yield first
+    yield from ledger.follow(tables, first.cursor, _page_size(limit), stop=stop)
+
+
 def _pages(ledger: Ledger, tables: list[str] | None, after: str, limit: int | None) -> Iterator[EventPage]:
     """Pages until caught up with what is committed (or ``limit`` events), never past it."""
     printed = 0
@@ -152,21 +164,20 @@ def _pages(ledger: Ledger, tables: list[str] | None, after: str, limit: int | No
 class _Progress:
     """What has been written so far, and the cursor that resumes right after it."""
 
-    def __init__(self, after: str) -> None:
+    def __init__(self, after: str, out: TextIO) -> None:
         self.cursor: str | None = None if after in ("start", "latest") else after
         self.printed = 0
+        self.out = out
 
     def print_page(self, page: EventPage, printer: _JsonLines | _Lines, limit: int | None) -> None:
         events = page.events
         if limit is not None and self.printed + len(events) > limit:
             events = events[:limit - self.printed]
-        written = 0
+        done = [0]
         try:
-            for event in events:
-                printer.event(event)
-                written += 1
-            printer.flush()
+            _deliver(self.out, [printer.line(event) for event in events], done)
         finally:
+            written = done[0]
             self.printed += written
             self.cursor = page.cursor_at(written) if written < len(page.events) else page.cursor
 
@@ -176,6 +187,35 @@ class _Progress:
     def report(self) -> None:
         if self.cursor is not None:
             print(f"cursor: {self.cursor}", file=sys.stderr)
+
+
+def _deliver(out: TextIO, lines: list[str], done: list[int]) -> None:
+    """Write ``lines`` (each ending in a newline) to ``out``'s descriptor, past Python's
+    buffer, keeping in ``done[0]`` how many went out whole. A signal can end the write
+    anywhere (a second Ctrl-C while a slow reader holds the pipe full); a line the buffer
+    still held would go out at exit uncounted, and the printed cursor would repeat it. A
+    line cut short is not counted: the cursor resumes at it. (An ``out`` with no descriptor,
+    a test's capture, is written through.)"""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation is an OSError
+        out.write("".join(lines))
+        out.flush()
+        done[0] = len(lines)
+        return
+    out.flush()   # whatever went through the buffer before goes first
+    blobs = [line.encode(out.encoding or "utf-8", out.errors or "strict") for line in lines]
+    ends = list(itertools.accumulate(map(len, blobs)))
+    data = memoryview(b"".join(blobs))
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += os.write(fd, data[sent:sent + _WRITE_CHUNK])
+    finally:
+        done[0] = bisect.bisect_right(ends, sent)
+
+
+_WRITE_CHUNK = 1 << 20
 
 
 def _quiet_stdout() -> None:
@@ -195,10 +235,9 @@ def _json_value(value: object) -> object:
 
 
 class _JsonLines:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    """One event as one JSON line."""
 
-    def event(self, event: Event) -> None:
+    def line(self, event: Event) -> str:
         record = {"table": event.table, "id": event.id, "event_id": event.event_id, "timestamp": event.timestamp,
                   "bodies": list(event.bodies), "row": event.row}
         try:
@@ -206,15 +245,11 @@ class _JsonLines:
         except (TypeError, ValueError):  # bytes or a non-finite float in a hostile row
             record["row"] = {k: _json_value(v) for k, v in event.row.items()}
             line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        self.out.write(line + "\n")
-
-    def flush(self) -> None:
-        self.out.flush()
+        return line + "\n"
 
 
 class _Lines:
-    def __init__(self, out: TextIO, colour: bool) -> None:
-        self.out = out
+    def __init__(self, colour: bool) -> None:
         self.style = Style(colour)
         self.header_written = False
 
@@ -224,19 +259,18 @@ class _Lines:
         return (f"{time_text.ljust(w[0])}  {table.ljust(w[1])}  {row_id.rjust(w[2])}  {event_id.ljust(w[3])}  "
                 f"{bodies.ljust(w[4])}  {summary}").rstrip()
 
-    def event(self, event: Event) -> None:
+    def line(self, event: Event) -> str:
+        """One event as its aligned line, after the header the first time."""
+        header = ""
         if not self.header_written:
-            self.out.write(self.style("bold", self._line(_HEADERS, "SUMMARY")) + "\n")
+            header = self.style("bold", self._line(_HEADERS, "SUMMARY")) + "\n"
             self.header_written = True
         # Every string from the ledger is sanitized before it is measured or cut.
         summary = "  ".join(f"{name}={sanitize(event.row.get(name))}" for name in SUMMARY_COLUMNS[event.table]
                             if event.row.get(name) is not None)
         cells = (cell(event.timestamp, _WIDTHS[0]), event.table, str(event.id), cell(event.event_id, _WIDTHS[3]),
                  cell(",".join(event.bodies), _WIDTHS[4]))
-        self.out.write(self._line(cells, cell(summary, SUMMARY_CHARS)) + "\n")
-
-    def flush(self) -> None:
-        self.out.flush()
+        return header + self._line(cells, cell(summary, SUMMARY_CHARS)) + "\n"
 
 
 __all__ = ["SUMMARY_COLUMNS", "add_arguments", "run"]
