@@ -289,8 +289,9 @@ def test_a_name_is_never_guessed_to_be_an_id(home: S.Home) -> None:
     write_ledger(home.sessions_root / "vm-7f3a")
     ref = S.resolve_session("vm-7f3a", require_db=False)
     assert ref.directory == home.persistent_root / "co-work1" and not ref.has_ledger
-    with pytest.raises(LedgerError, match="^session.db not found for vm-7f3a$"):
+    with pytest.raises(LedgerError, match="session.db not found for vm-7f3a$") as err:
         S.resolve_session("vm-7f3a")
+    assert err.value.path == home.persistent_root / "co-work1" / "session.db"   # where it was looked for
 
 
 def test_an_id_wins_over_another_sessions_equal_display_name(home: S.Home) -> None:
@@ -321,7 +322,8 @@ def test_an_unknown_word_is_session_db_not_found(home: S.Home) -> None:
     register(home, "s1", "2026-01-01T00:00:00Z")
     with pytest.raises(LedgerError) as err:
         S.resolve_session("nope")
-    assert str(err.value) == "session.db not found for nope"
+    assert str(err.value) == (f"session.db not found for nope (main.db records no such session, and neither "
+                              f"{home.sessions_root / 'nope'} nor {home.persistent_root / 'nope'} exists)")
 
 
 @pytest.mark.parametrize("word", ["../x", "a/b", "..", ".", "", "/etc/passwd", "a\0b", "-rf", "x" * 129,

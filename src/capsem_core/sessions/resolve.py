@@ -121,7 +121,7 @@ def resolve_session(word: str | None, *, home: Home | os.PathLike[str] | str | N
     persistent directory ``run/persistent/<word>/`` (a name, id unknown). A word that could
     escape its directory is refused before anything is looked up. With ``require_db`` (the
     default) a session whose ``session.db`` is not on disk is an error "session.db not
-    found for <word>"."""
+    found for <word>" naming where it was looked for."""
     layout = home_layout(home)
     if word is not None:
         check_session_word(word)
@@ -143,11 +143,13 @@ def resolve_session(word: str | None, *, home: Home | os.PathLike[str] | str | N
     else:
         ref = _unrecorded_ref(layout, word, links)
         if ref is None:
-            raise LedgerError(f"session.db not found for {word}")
+            where = "main.db records no such session" if has_main_db else f"there is no main.db at {main_db}"
+            raise LedgerError(f"session.db not found for {word} ({where}, and neither "
+                              f"{layout.sessions_root / word} nor {layout.persistent_root / word} exists)")
     if require_db:
         refuse_symlink(ref.db_path, SESSION_DB)
         if not is_regular_file(ref.db_path):
-            raise LedgerError(f"session.db not found for {word}")
+            raise LedgerError(f"session.db not found for {word}", ref.db_path)
     return ref
 
 
