@@ -91,6 +91,21 @@ def test_a_cursor_resumes_on_a_copy_of_its_ledger_but_not_on_another_ledger(tmp_
         b.events(after=C.encode({}))  # the start of every table names no row: any ledger takes it
 
 
+def test_a_cursor_on_a_row_deleted_since_says_so_not_that_it_is_another_ledgers(tmp_path: Path) -> None:
+    import sqlite3
+
+    write_mixed(tmp_path / "a", 30)
+    with Ledger(tmp_path / "a") as a:
+        page = a.events(limit=3)
+    last = page.events[-1]
+    conn = sqlite3.connect(tmp_path / "a" / "session.db")
+    with conn:
+        conn.execute(f"DELETE FROM {last.table} WHERE id = ?", (last.id,))
+    conn.close()
+    with Ledger(tmp_path / "a") as a, pytest.raises(CursorError, match="does not hold: the row was deleted since"):
+        a.events(after=page.cursor)
+
+
 def a_events_after(directory: Path, cursor: str, limit: int) -> list[object]:
     with Ledger(directory) as ledger:
         return list(ledger.events(after=cursor, limit=limit).events)

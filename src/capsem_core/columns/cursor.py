@@ -20,7 +20,8 @@ their block grows, so its cursors carry no anchor and are refused only past the 
 Both kinds are checked in the snapshot of the scan that takes them (``check_marks``,
 ``check_scan``): a position past the table's last row (the larger of its last rowid and,
 for AUTOINCREMENT tables, the last id handed out) is another ledger's, or a later copy's; an
-anchor that is not the row's is another ledger's.
+anchor that is not the row's is another ledger's; no row at all where the cursor stands is
+said as that (deleted since, or another ledger's).
 """
 
 from __future__ import annotations
@@ -169,7 +170,10 @@ def _stands_past(where: Where, table: str, position: int, last: int | None) -> C
                        f"{last or 0}: it is a cursor of another ledger (or of a later copy of this one)", where)
 
 
-def _not_the_row(where: Where, table: str, position: int) -> CursorError:
+def _not_the_row(where: Where, table: str, position: int, gone: bool) -> CursorError:
+    if gone:   # a ledger only grows: its row deleted since, or another ledger with a gap there
+        return CursorError(f"the cursor stands on row {position} of {table}, which this ledger does not hold: the "
+                           "row was deleted since the cursor was taken, or the cursor is another ledger's", where)
     return CursorError(f"the cursor is of another ledger: row {position} of {table} is not the row it was taken at",
                        where)
 
@@ -184,8 +188,9 @@ def check_marks(source: _columns.Source, marks: Mapping[str, Mark], where: Where
     for name, mark in marks.items():
         if mark.position > (last[name] or 0):
             raise _stands_past(where, name, mark.position, last[name])
-        if anchor_at(source, name, mark.position) != mark.anchor:
-            raise _not_the_row(where, name, mark.position)
+        anchor = anchor_at(source, name, mark.position)
+        if anchor != mark.anchor:
+            raise _not_the_row(where, name, mark.position, anchor is None)
 
 
 def check_scan(source: _columns.Source, at: ScanPosition, where: Where) -> None:
@@ -195,8 +200,10 @@ def check_scan(source: _columns.Source, at: ScanPosition, where: Where) -> None:
     last = latest(source, [at.table])[at.table]
     if last is None or at.position > last:
         raise _stands_past(where, at.table, at.position, last)
-    if ANCHOR_COLUMNS[at.table] and anchor_at(source, at.table, at.position) != at.anchor:
-        raise _not_the_row(where, at.table, at.position)
+    if ANCHOR_COLUMNS[at.table]:
+        anchor = anchor_at(source, at.table, at.position)
+        if anchor != at.anchor:
+            raise _not_the_row(where, at.table, at.position, anchor is None)
 
 
 def is_event_table(table: str) -> bool:
