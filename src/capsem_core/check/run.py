@@ -265,8 +265,11 @@ class _Check:
         if not self.report.verify_bodies:
             result.skip("not requested (--verify-bodies reads every body back through its hash)")
             return None
-        if not archive_sound or self.snapshot.reader is None:
+        if not archive_sound:
             result.skip(SKIPPED_UNTIL_AGREE)
+            return None
+        if self.snapshot.reader is None:   # sound, and the archive never opened: no body to read
+            result.skip("no body is indexed: there is nothing to read back")
             return None
         return verify_bodies(self.snapshot, result, self.progress, self.options)
 

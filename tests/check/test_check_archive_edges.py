@@ -1,8 +1,10 @@
-"""The empty FINAL segment a block ends with when its last flush held no body: no body's span
-reaches it, so no read back ever inflates it, yet it is inside the recorded extent. The
-extent walk holds it to what an empty segment is (a hash of no bytes, a whole deflate stream
-yielding nothing), so damage there makes the ledger damaged, with or without
---verify-bodies, while every body still reads."""
+"""The archive's edges no body reaches. The empty FINAL segment a block ends with when its
+last flush held no body: no body's span reaches it, so no read back ever inflates it, yet it
+is inside the recorded extent. The extent walk holds it to what an empty segment is (a hash of
+no bytes, a whole deflate stream yielding nothing), so damage there makes the ledger damaged,
+with or without --verify-bodies, while every body still reads. And a ledger with no body and
+no session.bodies (a writer stopped while it created them): sound, as Capsem's rules have it,
+its verification skipped for the reason that holds."""
 
 from __future__ import annotations
 
@@ -55,3 +57,11 @@ def test_damage_in_the_empty_final_segment_no_body_reaches_makes_the_ledger_dama
     assert found[0].location == {"block_offset": blocks(ledger / "session.db")[0][0], "segment_offset": at}
     with Ledger(ledger) as opened:   # the bodies themselves are whole, and still read
         assert [opened.read_body(f"00000000000{n}", "net_events", "request") for n in range(2)] == BODIES
+
+
+def test_a_ledger_with_no_body_and_no_archive_is_sound_and_says_why_nothing_is_read_back(tmp_path: Path) -> None:
+    LedgerWriter(tmp_path / "ledger").close()
+    (tmp_path / "ledger" / "session.bodies").unlink()
+    report = check_ledger(tmp_path / "ledger" / "session.db", verify_bodies=True)
+    assert report.sound
+    assert report.checks["verify_bodies"].reason == "no body is indexed: there is nothing to read back"
