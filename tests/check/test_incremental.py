@@ -330,7 +330,7 @@ def test_a_record_that_cannot_be_written_is_said_so_and_the_verdict_stands(ledge
     monkeypatch.setenv(_record.RECORD_DIR_ENV, str(blocker / "verified"))
     report = incremental(ledger)
     assert report.sound and report.coverage.record == "not written"
-    assert "not written" in report.coverage.warning
+    assert "not written: the verification record directory is not a directory" in report.coverage.warning
 
 
 # --- --max-age ------------------------------------------------------------------------------------

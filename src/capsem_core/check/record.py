@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from capsem_core._native import _archive, _blake3
 from capsem_core._native._archive import BLOCK_HEADER_BYTES, FILE_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from capsem_core.errors import LedgerError
 from capsem_core.outputs import PART_SUFFIX, write_file_at
 
 RECORD_DIR_ENV = "CAPSEM_CORE_VERIFIED_DIR"
@@ -213,8 +214,11 @@ def save(path: Path, identity: Identity, entries: Entries) -> None:
     as it was."""
     data = encode(identity, entries)
     directory = path.parent
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileExistsError, NotADirectoryError):
+        raise LedgerError("the verification record directory is not a directory", directory) from None
     try:
         _remove_stale_temporaries(dir_fd)
         write_file_at(dir_fd, path.name, data, directory, mode=0o600, durable=True)
