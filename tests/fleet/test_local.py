@@ -301,3 +301,47 @@ def test_sigterm_ends_the_run_and_its_check_processes_with_143(tmp_path: Path, h
     assert checks
     _, alive = psutil.wait_procs(family, timeout=30)
     assert alive == []
+
+
+def test_a_task_whose_process_cannot_start_is_counted_not_checked_and_the_others_run_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server gone mid-run (killed by the OOM killer, say): that task's start fails
+    with a broken pipe or an EOF; it is an answer of its own, and the next start goes on."""
+    import multiprocessing.context
+
+    real = multiprocessing.context.ForkServerProcess.start
+    starts: list[int] = []
+
+    def start(self: multiprocessing.context.ForkServerProcess) -> None:
+        starts.append(1)
+        if len(starts) == 2:
+            raise EOFError("unexpected EOF")
+        real(self)
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start)
+    seen: list[int] = []
+    answers = run_each(answer_or_crash, [0, 1, 4, 5], jobs=1, on_done=lambda i, a: seen.append(i))
+    assert answers[0] == 0 and answers[2:] == [40, 50] and sorted(seen) == [0, 1, 2, 3]
+    assert isinstance(answers[1], ProcessDied)
+    assert answers[1].describe() == "its check process could not be started (unexpected EOF); it was not checked"
+
+
+_BROKEN_HELPER = """
+import sys
+from capsem_core import cli
+from capsem_core.cli import fleet
+
+def broken(*args, **kwargs):
+    raise BrokenPipeError(32, "Broken pipe")
+
+fleet.run = broken
+sys.exit(cli.main(["check", "--all"]))
+"""
+
+
+def test_a_broken_pipe_that_is_not_our_output_is_a_failure_not_a_quiet_exit_0(tmp_path: Path) -> None:
+    """A closed stdout (`| head`) ends a command quietly; a helper's broken pipe (the fork
+    server's) must not pass for it."""
+    done = subprocess.run([sys.executable, "-c", _BROKEN_HELPER], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "CAPSEM_HOME": str(tmp_path)})
+    assert done.returncode == 1 and done.stderr == "capsem-ledger check: Broken pipe\n", done.stderr

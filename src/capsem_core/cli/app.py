@@ -190,8 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise  # unreachable: error() exits
     except LedgerError as exc:
         return _fail(args, str(exc), exc.path)
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError as exc:
+        if _stdout_gone():
+            return 0   # the reader of our output went away (`| head`): nothing more to say
+        return _fail(args, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", exc.filename)
     except OSError as exc:
         # An I/O failure no module turned into a LedgerError still gets one line naming the file.
         where = f"{exc.filename}: " if exc.filename is not None else ""
@@ -212,6 +214,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup.loaded()   # whatever the command did not say
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reader has gone (a broken pipe
+    that is ours to end quietly, not one of a helper process's)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)   # POLLERR and POLLHUP are always reported
+        return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):   # no poll (Windows), or no descriptor
+        return True
 
 
 def _fail(args: argparse.Namespace | None, message: str, path: object = None) -> int:

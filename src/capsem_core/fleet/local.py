@@ -37,8 +37,11 @@ class ProcessDied:
     """A task's process ended without an answer: how (``exitcode``, negative for a signal)."""
 
     exitcode: int | None
+    not_started: str | None = None   # why its process could not be started at all
 
     def describe(self) -> str:
+        if self.not_started is not None:
+            return f"its check process could not be started ({self.not_started}); it was not checked"
         if self.exitcode is not None and self.exitcode < 0:
             try:
                 name = signal.Signals(-self.exitcode).name
@@ -130,7 +133,17 @@ def run_each(fn: Callable[[T], R], args: Sequence[T], *, jobs: int,
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 process = ctx.Process(target=_child, args=(child_end, fn, args[i], threads), daemon=True,
                                       name=f"capsem-fleet-{i}")
-                process.start()
+                try:
+                    process.start()
+                except (OSError, EOFError) as exc:
+                    # The fork server is gone (killed, or it could not start): this task is
+                    # counted as not checked; the next start launches a fresh server.
+                    parent_end.close()
+                    child_end.close()
+                    out[i] = ProcessDied(None, str(exc) or type(exc).__name__)
+                    if on_done is not None:
+                        on_done(i, out[i])   # type: ignore[arg-type]
+                    continue
                 child_end.close()  # the child holds the only writer: EOF when it dies
                 running[i] = _Running(i, process, parent_end)
             waitable: list[Any] = [r.conn for r in running.values()]
