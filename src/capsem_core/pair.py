@@ -137,6 +137,8 @@ def delete_ledger(directory: os.PathLike[str] | str) -> None:
     # Imported here: the writer package is not loaded by readers that never delete.
     from capsem_core.writer.lock import WriterLock
 
+    if os.fspath(directory) == "":
+        raise LedgerError("the ledger directory is empty (\"\" is not the current directory): name one")
     d = Path(directory)
     db_path = d / SESSION_DB
     try:

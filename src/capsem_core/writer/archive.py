@@ -356,6 +356,15 @@ class BodyArchiveWriter:
             fd, self._fd = self._fd, -1
             os.close(fd)
 
+    def __del__(self) -> None:
+        # Dropped without close(): the descriptor goes with the object, not with the process.
+        fd, self._fd = getattr(self, "_fd", -1), -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except Exception:   # noqa: BLE001 - late in the interpreter's teardown, os may be gone
+                pass
+
     def __enter__(self) -> BodyArchiveWriter:
         return self
 

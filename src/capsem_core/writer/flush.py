@@ -33,9 +33,11 @@ UPSERT_BLOCK = (
     "ELSE body_blocks.sealed_at END, raw_len = excluded.raw_len, disk_len = excluded.disk_len "
     "WHERE excluded.disk_len >= body_blocks.disk_len")
 
-# What the schema's constraints (or bad values) raise for one row: salvage drops that row.
+# What the schema's constraints (or bad values) raise for one row: salvage drops that row. A
+# text SQLite cannot take as UTF-8 (a lone surrogate, as Event.row hands out bytes that were
+# not UTF-8) is one such value: left out, it failed every flush, and close, for good.
 REJECTIONS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError,
-              OverflowError)
+              OverflowError, UnicodeEncodeError)
 
 Work = Callable[["Job"], None]
 

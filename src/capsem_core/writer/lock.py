@@ -121,6 +121,14 @@ class WriterLock:
                 os.close(fd)
         self._fd = self._dir_fd = -1
 
+    def __del__(self) -> None:
+        # A writer dropped without close(): its locks go with it, not with the process (the
+        # ledger could not be written again until the process ended).
+        try:
+            self.release()
+        except Exception:   # noqa: BLE001 - late in the interpreter's teardown, os may be gone
+            pass
+
 
 def _lock_file(dir_fd: int, db_path: Path) -> int | None:
     """Capsem's lock: the flocked descriptor of the lock file, or None while another holds it."""

@@ -180,11 +180,21 @@ class Tables:
         event_id = row.get("event_id")
         if not isinstance(event_id, str) or _HEX12.fullmatch(event_id) is None:
             raise ValueError(f"a body's event_id must be 12 lowercase hex characters, not {event_id!r}")
+        directions: set[str] = set()
         for body in bodies:
             if not isinstance(body.data, (bytes, bytearray, memoryview)):
                 raise ValueError(f"a body's data must be bytes, not {type(body.data).__name__}")
+            if isinstance(body.data, memoryview) and (body.data.itemsize != 1 or body.data.ndim != 1
+                                                      or not body.data.c_contiguous):
+                # Measured and cut by len(), hashed by its bytes: only a flat view of bytes is both.
+                raise ValueError("a body's memoryview must be one-dimensional bytes (memoryview(x).cast('B')), "
+                                 f"not format {body.data.format!r} with {body.data.ndim} dimension(s)")
             if body.direction not in BODY_DIRECTIONS:
                 raise ValueError(f"body direction {body.direction!r} is not one of {sorted(BODY_DIRECTIONS)}")
+            if body.direction in directions:
+                raise ValueError(f"two bodies of one row share direction {body.direction!r}: a body is keyed "
+                                 "(event_id, table, direction), so the second would replace the first")
+            directions.add(body.direction)
             if body.event_type not in self._body_event_types:
                 raise ValueError(f"body event_type {body.event_type!r} is not an event_body_blobs event type")
             if body.original_bytes is not None and body.original_bytes < 0:

@@ -1,0 +1,89 @@
+"""What the writer takes from its caller, where a mistake used to cost data silently: a body as
+a memoryview of wider items, two bodies of one row in one direction, a text with a lone
+surrogate (as Event.row hands out bytes that were not UTF-8), a writer dropped without
+close(), and ``delete_ledger("")``."""
+
+from __future__ import annotations
+
+import array
+import gc
+import os
+from pathlib import Path
+
+import pytest
+from tests.writer.helpers import eid, net_row, query
+
+from capsem_core.errors import LedgerError, RowRejected
+from capsem_core.ledger import Ledger, delete_ledger
+from capsem_core.writer import Body, LedgerWriter
+
+
+@pytest.mark.parametrize("view", [memoryview(array.array("i", range(100))),
+                                  memoryview(bytes(64)).cast("B", (8, 8)),
+                                  memoryview(bytes(range(64)))[::2]])
+def test_a_body_view_that_is_not_flat_bytes_is_refused_at_insert(tmp_path: Path, view: memoryview) -> None:
+    with LedgerWriter(tmp_path / "l") as w:
+        with pytest.raises(ValueError, match="memoryview"):
+            w.insert("net_events", net_row(1), bodies=[Body("request", view, "http.request")])
+    assert query(tmp_path / "l" / "session.db", "SELECT COUNT(*) FROM event_body_blobs") == [(0,)]
+
+
+def test_a_flat_byte_view_is_written_and_reads_back(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 4
+    with LedgerWriter(tmp_path / "l") as w:
+        w.insert("net_events", net_row(1), bodies=[Body("request", memoryview(data), "http.request")])
+    with Ledger(tmp_path / "l") as ledger:
+        assert ledger.read_body(eid(1), "net_events", "request") == data
+        assert ledger.verify().faults == []
+
+
+def test_two_bodies_of_one_row_in_one_direction_are_refused_not_one_replaced(tmp_path: Path) -> None:
+    with LedgerWriter(tmp_path / "l") as w:
+        with pytest.raises(ValueError, match="share direction 'request'"):
+            w.insert("net_events", net_row(1), bodies=[Body("request", b"first", "http.request"),
+                                                       Body("request", b"second", "http.request")])
+
+
+def test_a_lone_surrogate_rejects_its_row_and_the_rest_commit(tmp_path: Path) -> None:
+    with LedgerWriter(tmp_path / "l") as w:
+        w.insert("net_events", net_row(1), bodies=[Body("request", b"kept", "http.request")])
+        w.insert("net_events", net_row(2, domain="caf\udce9.example"))
+        with pytest.raises(RowRejected):
+            w.flush()
+        w.insert("net_events", net_row(3))
+    assert query(tmp_path / "l" / "session.db", "SELECT event_id FROM net_events ORDER BY id") == [(eid(1),),
+                                                                                                  (eid(3),)]
+    with Ledger(tmp_path / "l") as ledger:
+        assert ledger.read_body(eid(1), "net_events", "request") == b"kept"
+
+
+def _open_descriptors() -> set[str]:
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists descriptors through /proc")
+def test_a_writer_dropped_without_close_lets_go_of_its_files_and_locks(tmp_path: Path) -> None:
+    w = LedgerWriter(tmp_path / "l")
+    w.insert("net_events", net_row(1))
+    w.flush()
+    del w
+    gc.collect()
+    assert not {p for p in _open_descriptors() if p.startswith(str(tmp_path))}
+    with LedgerWriter(tmp_path / "l", lock_timeout=0) as again:   # not WriterBusy
+        again.insert("net_events", net_row(2))
+    assert query(tmp_path / "l" / "session.db", "SELECT COUNT(*) FROM net_events") == [(2,)]
+
+
+def test_delete_ledger_of_an_empty_path_deletes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    LedgerWriter(tmp_path).close()
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(LedgerError, match="is empty"):
+        delete_ledger("")
+    assert sorted(os.listdir(tmp_path)) == before
