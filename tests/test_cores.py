@@ -105,3 +105,25 @@ def test_a_small_ledgers_check_runs_one_page_thread_unless_told(small_ledger: Pa
     with cores.limit(3):
         assert check_ledger(small_ledger).checks["pages"].counts["threads"] == 1
         assert check_ledger(small_ledger, page_threads=2).checks["pages"].counts["threads"] == 2
+
+
+@pytest.mark.parametrize(("value", "error"), [(-1, ValueError), (cores.MAX_THREADS + 1, ValueError), (2**31, ValueError),
+                                              (1.5, TypeError), (float("nan"), TypeError), (True, TypeError),
+                                              ("2", TypeError), (None, TypeError)])
+def test_a_threads_argument_outside_0_to_the_bound_is_refused_by_name(value: object, error: type) -> None:
+    with pytest.raises(error, match="page_threads"):
+        cores.checked(value, "page_threads")
+    assert cores.checked(0) == 0 and cores.checked(cores.MAX_THREADS) == cores.MAX_THREADS
+
+
+def test_check_ledger_refuses_a_page_thread_count_that_would_open_a_connection_each(tmp_path: Path) -> None:
+    """page_threads=2**31 opened connection after connection, for ever; now it is a ValueError
+    before anything is opened, as the other arguments of the wrong kind are."""
+    write_sample_ledger(tmp_path / "l", bodies=20)
+    db = tmp_path / "l" / "session.db"
+    for kwargs, error in (({"page_threads": 2**31}, ValueError), ({"page_threads": 1.0}, TypeError),
+                          ({"rows": float("nan")}, TypeError), ({"rows": -1}, ValueError),
+                          ({"options": "1/2"}, TypeError), ({"route": "abc"}, TypeError)):
+        with pytest.raises(error):
+            check_ledger(db, **kwargs)  # type: ignore[arg-type]
+    assert check_ledger(db, page_threads=cores.MAX_THREADS).sound

@@ -327,3 +327,28 @@ def test_close_releases_the_archive_map_and_descriptor_and_later_reads_are_refus
     with Ledger(tmp_path) as again:
         assert again.read_body(_event_id(3), "net_events", "request")
     assert _archive_handles(bodies) == (0, 0)
+
+
+@pytest.mark.parametrize("threads", [-1, 1.5, float("nan"), 2**31, "2", None])
+def test_every_threads_argument_is_checked_alike(tmp_path: Path, threads: object) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        calls = [lambda: ledger.index(threads=threads), lambda: ledger.read_bodies(threads=threads),
+                 lambda: next(ledger.body_batches(threads=threads)), lambda: next(ledger.bodies(threads=threads)),
+                 lambda: ledger.verify(threads=threads), lambda: ledger.scan("net_events", threads=threads),
+                 lambda: ledger.export_warc(tmp_path / "out.warc.gz", threads=threads)]
+        for call in calls:
+            with pytest.raises((TypeError, ValueError), match="threads"):
+                call()
+    assert not (tmp_path / "out.warc.gz").exists()
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [({"incremental": True, "max_age": float("nan")}, ValueError),
+                                               ({"incremental": True, "max_age": -1.0}, ValueError),
+                                               ({"incremental": True, "max_age": [1]}, TypeError),
+                                               ({"subset": 1}, TypeError)])
+def test_verify_refuses_an_age_or_subset_of_the_wrong_kind(tmp_path: Path, kwargs: dict[str, object],
+                                                           error: type) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger, pytest.raises(error):
+        ledger.verify(**kwargs)  # type: ignore[arg-type]

@@ -57,6 +57,21 @@ def threads(requested: int | None) -> int:
     return requested if requested is not None and requested > 0 else budget()
 
 
+# The most threads any call may ask for: far above any machine's cores, and low enough that
+# what is sized from it (a connection per page-check worker) stays small.
+MAX_THREADS = 256
+
+
+def checked(value: object, name: str = "threads") -> int:
+    """A ``threads=`` argument as given, checked: an int (not a bool) from 0 (one per core)
+    to MAX_THREADS; TypeError or ValueError naming ``name`` otherwise."""
+    if type(value) is not int:
+        raise TypeError(f"{name} is an int (0: one per core), not {type(value).__name__}")
+    if not 0 <= value <= MAX_THREADS:
+        raise ValueError(f"{name} is 0 (one per core) to {MAX_THREADS}, not {value}")
+    return value
+
+
 def share(slots: int) -> int:
     """This process's share of the machine when ``slots`` checks run on it at once."""
     return max(1, available() // max(1, slots))
@@ -72,4 +87,4 @@ def limit(n: int) -> Iterator[None]:
         _limit.reset(token)
 
 
-__all__ = ["THREADS_ENV", "available", "budget", "limit", "share", "threads"]
+__all__ = ["MAX_THREADS", "THREADS_ENV", "available", "budget", "checked", "limit", "share", "threads"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from capsem_core import db, schema
+from capsem_core import cores, db, schema
 from capsem_core import pair as _pair
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
@@ -90,7 +90,8 @@ class Ledger:
 
     ``threads=0``, in every method that takes it, is the thread budget of
     ``capsem_core.cores``: one per core this process may use (its CPU affinity), unless
-    ``CAPSEM_CORE_THREADS`` or ``cores.limit`` narrows it.
+    ``CAPSEM_CORE_THREADS`` or ``cores.limit`` narrows it; anything but an int from 0 to
+    ``cores.MAX_THREADS`` is a TypeError or ValueError.
     """
 
     def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):
@@ -232,7 +233,7 @@ class Ledger:
         0: one per core). Costs about 100 bytes of memory per body plus its key texts.
         Raises LedgerError when the index cannot be read or the ledger is closed."""
         with self._snapshot() as snapshot:
-            return snapshot.index(keys=True, threads=threads)
+            return snapshot.index(keys=True, threads=cores.checked(threads))
 
     def _plan(self, selection: _bulk.Selection, index: BodyIndex | None,
               threads: int) -> tuple[BodyIndex, np.ndarray]:
@@ -265,6 +266,7 @@ class Ledger:
         for a table name that is not a body table, KeyError for a key the index does not hold, IndexError for a position outside it, LedgerError
         when the index cannot be read or the ledger is closed."""
         _bulk.check_errors(errors)
+        threads = cores.checked(threads)
         idx, positions = self._plan(selection, index, threads)
         if max_bytes is not None:
             total = int(_bulk.slot_lengths(idx, positions).sum())
@@ -289,6 +291,7 @@ class Ledger:
         errors="raise" the batch holding the first damaged body raises (the batches before it
         were yielded)."""
         _bulk.check_errors(errors)
+        threads = cores.checked(threads)
         idx, positions = self._plan(selection, index, threads)
         runs = _bulk.plan_batches(idx, positions, max_bytes)
         # The pool's regions are sized for this stream's largest batch, not for max_bytes.
@@ -316,6 +319,7 @@ class Ledger:
         stays at the index plus one batch whatever the ledger's size. Raises what
         ``read_body`` raises, at the body concerned (the bodies before it have been yielded),
         and LedgerError when the ledger is closed."""
+        threads = cores.checked(threads)
         idx, positions = self._plan(source_table, None, threads)
         scratch = _bulk.Scratch()
         for start, end in _bulk.plan_batches(idx, positions, _BODIES_BATCH_BYTES):
@@ -379,6 +383,7 @@ class Ledger:
         ``.coverage``, what was verified fully, proven unchanged and skipped. ValueError for
         a subset or duration that does not parse, or max_age without incremental.
         """
+        threads = cores.checked(threads)
         if not incremental and subset is None and max_age is None:
             # One read transaction for the scans and the labels of failing rows (the body scan
             # then reads session.db's pages where the file is that snapshot).
@@ -450,7 +455,7 @@ class Ledger:
             if self._columns_file is None:
                 self._columns_file = HeldFile(self.db_path)
             held = self._columns_file
-        return open_scan(self.db_path, table, columns=columns, after=after, threads=threads, held=held)
+        return open_scan(self.db_path, table, columns=columns, after=after, threads=cores.checked(threads), held=held)
 
     def committed_extent(self) -> int:
         """Bytes of session.bodies the index vouches for: the end of the last recorded block.

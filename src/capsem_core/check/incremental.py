@@ -21,6 +21,7 @@ records nothing. Without ``--incremental`` no record is read or written.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -75,8 +76,13 @@ class VerifyOptions:
     def __post_init__(self) -> None:
         if self.max_age is not None and not self.incremental:
             raise ValueError("max_age needs incremental: it says when a recorded block is verified again")
-        if self.max_age is not None and self.max_age < 0:
-            raise ValueError("max_age must not be negative")
+        if self.max_age is not None and (type(self.max_age) not in (int, float)):
+            raise TypeError(f"max_age is seconds (a number) or a duration such as \"7d\", not "
+                            f"{type(self.max_age).__name__}")
+        if self.max_age is not None and not 0 <= self.max_age < math.inf:   # NaN fails both
+            raise ValueError(f"max_age is a finite number of seconds, not negative: not {self.max_age!r}")
+        if self.subset is not None and not isinstance(self.subset, Subset):
+            raise TypeError(f"subset is \"n/t\", \"x%\" or a Subset, not {type(self.subset).__name__}")
 
     @property
     def whole(self) -> bool:

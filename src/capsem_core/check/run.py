@@ -65,9 +65,11 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
     Raises LedgerError (naming the file) when the file cannot be checked at all: missing,
     unreadable, locked, not SQLite, or written by another build; SymlinkRefused when
     session.db or its directory is a symbolic link. A damaged ledger is not an error: it is a
-    report whose ``sound`` is False.
+    report whose ``sound`` is False. TypeError or ValueError for an argument of the wrong kind
+    (``rows`` an int >= 0, ``page_threads`` None or ``cores.checked``'s range).
     """
     db_path = Path(db_path)
+    _check_arguments(rows, route, options, page_threads)
     threads = _page_threads(db_path, page_threads)
     try:
         snapshot = Snapshot.open(db_path, workers=threads)
@@ -86,6 +88,24 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
         raise LedgerError(_sqlite_message(exc), db_path) from None
     finally:
         snapshot.close()
+
+
+def _check_arguments(rows: object, route: object, options: object, page_threads: object) -> None:
+    """A caller's mistake said as one, before anything is opened."""
+    if type(rows) is not int or rows < 0:
+        raise (ValueError if type(rows) is int else TypeError)(f"rows is an int >= 0, not {rows!r}")
+    if route is not None and not isinstance(route, SessionRoute):
+        raise TypeError(f"route is a SessionRoute or None, not {type(route).__name__}")
+    if options is not None and not isinstance(options, _verify_options()):
+        raise TypeError(f"options is a VerifyOptions or None, not {type(options).__name__}")
+    if page_threads is not None:
+        cores.checked(page_threads, "page_threads")
+
+
+def _verify_options() -> type:
+    from capsem_core.check.incremental import VerifyOptions   # loaded by a check that verifies less
+
+    return VerifyOptions
 
 
 def _page_threads(db_path: Path, requested: int | None) -> int:

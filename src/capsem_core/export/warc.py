@@ -118,8 +118,7 @@ def check_options(level: int, threads: int, max_bytes: int) -> None:
     bound below one byte."""
     if type(level) is not int or not 0 <= level <= _warc.MAX_LEVEL:
         raise ValueError(f"level is libdeflate's 0..{_warc.MAX_LEVEL}, not {level!r}")
-    if type(threads) is not int or threads < 0:
-        raise ValueError(f"threads is 0 (one per core) or more, not {threads!r}")
+    cores.checked(threads)
     if type(max_bytes) is not int or max_bytes < 1:
         raise ValueError(f"max_bytes is at least 1, not {max_bytes!r}")
 
