@@ -76,3 +76,17 @@ def test_a_session_directory_that_is_a_link_is_listed_so_its_check_refuses_it(ho
         assert link in [x.directory for x in found.ledgers]
     finally:
         link.unlink()
+
+
+def test_relative_paths_and_a_relative_home_are_found_as_absolute_paths(home: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task names its ledger to a worker, whose working directory (with Dask, on another
+    machine) is not this one's: a relative name there reached another ledger, or none."""
+    monkeypatch.chdir(home.parent)
+    by_path = discover([home.name])
+    monkeypatch.setenv("CAPSEM_HOME", home.name)
+    by_home = discover(home=True)
+    assert by_path.ledgers and by_home.ledgers
+    for ledger in [*by_path.ledgers, *by_home.ledgers]:
+        assert ledger.directory.is_absolute() and ledger.db_path.is_absolute()
+        assert ledger.main_db is None or ledger.main_db.is_absolute()

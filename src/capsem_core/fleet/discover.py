@@ -216,15 +216,17 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
     looked into as "unreadable"."""
     found = Discovery() if found is None else found
     layout = home_layout(home)
-    main_db = layout.main_db
+    # Absolute: a task names its ledger to a worker, whose working directory (on another
+    # machine, with Dask) is not this one's.
+    main_db = Path(os.path.abspath(layout.main_db))
     links = vmnames.read_links(main_db) if main_db.exists() else {}
     by_id = vmnames.names_by_id(links)
-    for entry in _entries(layout.sessions_root, found):
+    for entry in _entries(Path(os.path.abspath(layout.sessions_root)), found):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             word = entry.name if is_session_word(entry.name) else None
             found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None, main_db))
-    for entry in _entries(layout.persistent_root, found):
+    for entry in _entries(Path(os.path.abspath(layout.persistent_root)), found):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             name = entry.name
@@ -328,7 +330,8 @@ def discover(paths: Iterable[os.PathLike[str] | str] = (), *,
     if home is not False:
         discover_home(None if home is True else home, found)
     for path in paths:
-        discover_tree(path, found, max_depth=max_depth)
+        # Absolute, as the home's: a worker elsewhere resolves nothing against this directory.
+        discover_tree(os.path.abspath(path), found, max_depth=max_depth)
     return found
 
 
