@@ -271,3 +271,17 @@ def test_mode_bits_of_the_test_tree_let_an_unprivileged_user_reach_it(home: tupl
     root, ledgers = home
     for path in (root.parent, root, ledgers[0], ledgers[0] / "session.db"):
         assert path.stat().st_mode & stat.S_IROTH
+
+
+def test_a_main_db_that_cannot_be_read_fails_all_strict_as_it_fails_check_session(home: tuple[Path, list[Path]],
+                                                                                    run_cli) -> None:  # type: ignore[no-untyped-def]
+    """check SESSION --strict exits 1 on a garbled main.db; --all --strict dropped the totals'
+    comparison to a note and said every ledger was sound."""
+    root, _ledgers = home
+    (root / "sessions" / "main.db").write_bytes(os.urandom(8192))
+    done = run_cli(root, "--all", "--strict", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1, done.stderr
+    assert report["totals"]["warn"] == len(report["ledgers"]) > 0
+    for ledger in report["ledgers"]:
+        assert "route_main_db_unreadable" in {f["code"] for f in ledger["checks"]["identity_graph"]["findings"]}

@@ -59,19 +59,23 @@ def read_route(route: SessionRoute | None) -> tuple[RouteRow | None, str | None]
     try:
         conn, have = open_main_db(route.main_db, need=("id", "status", *TOTAL_COLUMNS))
     except LedgerError as exc:
-        return None, f"main.db cannot be read: {exc}"
+        return None, f"{UNREADABLE}{exc}"
     columns = [*TOTAL_COLUMNS, *(c for c in OPTIONAL_COUNTS if c in have)]
     try:
         row = conn.execute(f"SELECT status, {', '.join(columns)} FROM sessions WHERE id = ?",
                            (route.session_id,)).fetchone()
     except sqlite3.Error as exc:
-        return None, f"main.db cannot be read: {exc}"
+        return None, f"{UNREADABLE}{exc}"
     finally:
         conn.close()
     if row is None:
         return None, f"main.db records no session {route.session_id}"
     status = row[0] if isinstance(row[0], str) else None
     return RouteRow(status, dict(zip(columns, row[1:]))), None
+
+
+# How read_route begins its reason when main.db is there but cannot be read.
+UNREADABLE = "main.db cannot be read: "
 
 
 def session_stopped(row: RouteRow | None) -> bool | None:
@@ -92,6 +96,13 @@ def _differs(column: str, recorded: Value, computed: int | float) -> bool:
 def check_route(conn: sqlite3.Connection, route: SessionRoute | None, row: RouteRow | None, why: str | None,
                 result: CheckResult) -> None:
     """Invariant 8 on ``conn`` (the checks' snapshot of the ledger) against main.db's row."""
+    if why is not None and why.startswith(UNREADABLE):
+        # As `check SESSION` fails when main.db cannot be read, the comparison it owes is not
+        # quietly dropped here either (`check --all` reaches main.db only through this).
+        result.counts["route_compared"] = 0
+        result.add(Finding("route_main_db_unreadable", WARNING, f"Route identity not checked: {why}",
+                           location={"file": str(route.main_db) if route is not None else None}))
+        return
     if row is None or route is None or route.session_id is None:
         _not_compared(result, why or "main.db has no row for this session")
         return
