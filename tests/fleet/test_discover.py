@@ -90,3 +90,13 @@ def test_relative_paths_and_a_relative_home_are_found_as_absolute_paths(home: Pa
     for ledger in [*by_path.ledgers, *by_home.ledgers]:
         assert ledger.directory.is_absolute() and ledger.db_path.is_absolute()
         assert ledger.main_db is None or ledger.main_db.is_absolute()
+
+
+def test_a_directory_reached_two_ways_is_counted_once_as_its_ledgers_are(tmp_path: Path) -> None:
+    write_sample_home(tmp_path / "home", sessions=3, seed=5, bodies=20)
+    (tmp_path / "home" / "run" / "sessions" / "setting-up").mkdir()   # neither half of a ledger yet
+    once = discover(home=tmp_path / "home")
+    twice = discover([tmp_path / "home", tmp_path / "home" / "run"], home=tmp_path / "home")
+    assert [u.path.name for u in once.unchecked] == ["setting-up"]
+    assert [(u.path.name, u.status) for u in twice.unchecked] == [(u.path.name, u.status) for u in once.unchecked]
+    assert len(twice.ledgers) == len(once.ledgers)

@@ -332,6 +332,16 @@ def discover(paths: Iterable[os.PathLike[str] | str] = (), *,
     for path in paths:
         # Absolute, as the home's: a worker elsewhere resolves nothing against this directory.
         discover_tree(os.path.abspath(path), found, max_depth=max_depth)
+    # A directory reached two ways (the home and a --path holding it) is counted once, as its
+    # ledgers are.
+    seen: set[object] = set()
+    unique = []
+    for item in found.unchecked:
+        key = (_identity(item.path) or os.path.normpath(item.path), item.status)
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    found.unchecked = unique
     return found
 
 
