@@ -134,3 +134,22 @@ def test_a_worker_killed_mid_run_has_its_tasks_run_again_and_the_report_says_so(
     assert all(r.attempts > r.tasks for r in retried)
     assert all("died while it held" in why and "run again" in why for r in retried for why in r.retried)
     assert report.totals()["retried"] == len(retried)
+
+
+def _sigint_handler() -> str:
+    import signal
+
+    return "ignored" if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else "handled"
+
+
+def test_a_local_clusters_workers_leave_ctrl_c_to_the_command_and_it_keeps_its_handler() -> None:
+    """A Ctrl-C at the terminal reaches every process of the group: each worker of --scheduler
+    local printed its own traceback. They ignore it; the command stops them as it stops."""
+    import signal
+
+    from capsem_core.fleet.cluster import connect
+
+    before = signal.getsignal(signal.SIGINT)
+    with connect("local", workers=1) as client:
+        assert set(client.run(_sigint_handler).values()) == {"ignored"}
+        assert signal.getsignal(signal.SIGINT) is before

@@ -32,8 +32,10 @@ import gc
 import logging
 import os
 import re
+import signal
 import ssl
 import stat
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -197,7 +199,7 @@ def connect(address: str, *, workers: int, tls: ClientTls | None = None,
     """A client of the scheduler at ``address`` (``tcp://host:port``, or ``tls://host:port``
     with ``tls``, by default ``client_tls(address)``: Dask's configuration), or of a
     LocalCluster of ``workers`` single-threaded worker processes started here
-    (``address == "local"``, on 127.0.0.1, no dashboard), closed (and the cluster stopped)
+    (``address == "local"``, on 127.0.0.1), closed (and the cluster stopped)
     on exit. A scheduler not reached within ``timeout``, or a refused handshake, is a
     SchedulerError."""
     check_address(address)
@@ -205,8 +207,18 @@ def connect(address: str, *, workers: int, tls: ClientTls | None = None,
     from distributed import Client, LocalCluster
 
     if address == "local":
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                               host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+        # The workers leave a Ctrl-C to this process, which stops them as it stops the run:
+        # each would otherwise print its own traceback. (A process started with SIGINT
+        # ignored keeps it ignored.) Dask serves HTTP whatever dashboard_address says
+        # (dask/distributed#8136): a free port of 127.0.0.1, so a busy 8787 is no warning.
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if on_main else None
+        try:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
+                                   host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+        finally:
+            if on_main:
+                signal.signal(signal.SIGINT, previous)
         with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
             yield client
         return
