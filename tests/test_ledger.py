@@ -352,3 +352,18 @@ def test_verify_refuses_an_age_or_subset_of_the_wrong_kind(tmp_path: Path, kwarg
     write_ledger(tmp_path / "a")
     with Ledger(tmp_path / "a") as ledger, pytest.raises(error):
         ledger.verify(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("poll", [0, -1, float("nan"), float("inf"), 1e12, "1"])
+def test_follow_refuses_a_poll_it_could_not_wait_on_when_called(tmp_path: Path, poll: object) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger, pytest.raises(ValueError, match="poll"):
+        ledger.follow(poll=poll)  # type: ignore[arg-type]
+
+
+def test_bodies_of_an_event_id_that_is_not_text_is_a_type_error(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        for event_id in (None, 1, b"abc", 2**63):
+            with pytest.raises(TypeError, match="event_id"):
+                ledger.bodies_of(event_id)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from capsem_core.bodies.batch import BodyBatch
     from capsem_core.bodies.body_index import BodyIndex
+    from capsem_core.bodies.read import BodyRecord
     from capsem_core.check.incremental import VerifyOptions, VerifyResult
     from capsem_core.check.report import CheckReport
     from capsem_core.check.run import check_ledger
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
         WriterBusy,
     )
     from capsem_core.events.reader import Event, EventPage
-    from capsem_core.ledger import BodyRecord, Ledger, copy_ledger, delete_ledger
+    from capsem_core.ledger import Ledger, copy_ledger, delete_ledger
     from capsem_core.verify import BodyFault
     from capsem_core.writer.ledger import LedgerWriter
     from capsem_core.writer.rows import Body
@@ -46,7 +47,7 @@ del TYPE_CHECKING
 
 # Each public name and the module that defines it.
 _HOMES: dict[str, str] = {
-    "Ledger": "ledger", "BodyRecord": "ledger", "copy_ledger": "ledger", "delete_ledger": "ledger",
+    "Ledger": "ledger", "BodyRecord": "bodies.read", "copy_ledger": "ledger", "delete_ledger": "ledger",
     "LedgerWriter": "writer.ledger", "Body": "writer.rows",
     "BodyIndex": "bodies.body_index", "BodyBatch": "bodies.batch", "BodyFault": "verify",
     "Event": "events.reader", "EventPage": "events.reader",

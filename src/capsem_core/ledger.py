@@ -13,7 +13,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from capsem_core import pair as _pair
 from capsem_core import verify as _verify
 from capsem_core._native import _archive
 from capsem_core.bodies import read as _bulk
+from capsem_core.bodies.read import BodyRecord
 from capsem_core.bodies.batch import BodyBatch
 from capsem_core.bodies.body_index import BodyIndex
 from capsem_core.check.incremental import VerifyOptions, VerifyResult, parse_duration, verify_part
@@ -50,24 +50,8 @@ DEFAULT_BLOCK_CACHE_BYTES = 32 << 20
 _BODIES_BATCH_BYTES = 16 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class BodyRecord:
-    """One archived body and the index row that names it, as ``Ledger.bodies`` yields it.
-
-    ``event_id``, ``source_table`` and ``direction`` are the row's key; ``content_type`` and
-    ``original_bytes`` what the writer recorded (``truncated`` when it kept only a prefix of a
-    body larger than the archive takes); ``data`` the bytes, already checked against the
-    segment hashes and the row's body hash. A plain frozen value: building one costs the copy
-    of ``data`` out of the inflated block, nothing more.
-    """
-
-    event_id: str
-    source_table: str
-    direction: str
-    content_type: str | None
-    original_bytes: int
-    truncated: bool
-    data: bytes
+# The longest wait between two looks at a caught-up ledger that follow() takes.
+_MAX_POLL_S = 86400.0
 
 
 class Ledger:
@@ -303,7 +287,9 @@ class Ledger:
     def bodies_of(self, event_id: str) -> list[tuple[str, str, str | None, int]]:
         """(source_table, direction, content_type, body_len) of every body the index names
         for ``event_id``, ordered by table and direction. One indexed lookup. LedgerError
-        when the query fails or the ledger is closed."""
+        when the query fails or the ledger is closed; TypeError for an event_id not a str."""
+        if not isinstance(event_id, str):
+            raise TypeError(f"event_id is a str, not {type(event_id).__name__}")
         with self._lock:
             rows = self._query("SELECT source_table, direction, content_type, body_len FROM event_body_blobs "
                                "WHERE event_id = ? ORDER BY source_table, direction", (event_id,))
@@ -428,7 +414,11 @@ class Ledger:
         every ``poll`` seconds (no table is read until another connection commits). Runs until
         ``stop()`` returns True (checked between pages and at every poll) or the caller stops
         iterating; the last page's ``cursor`` resumes exactly after what was yielded.
+        ``poll`` is a number of seconds, more than 0 and at most a day (ValueError otherwise,
+        now rather than at the first wait).
         """
+        if type(poll) not in (int, float) or not 0 < poll <= _MAX_POLL_S:
+            raise ValueError(f"poll is seconds, more than 0 and at most {_MAX_POLL_S}, not {poll!r}")
         return self._event_reader().follow(tables, after, limit, poll, stop)
 
     def scan(self, table: str, *, columns: Sequence[str] | None = None, after: str = "start",

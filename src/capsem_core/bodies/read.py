@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -333,5 +334,25 @@ def close_gaps(buffer: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
     return buffer[:total], packed
 
 
-__all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "BufferPool", "Errors", "Selection", "check_errors", "fault_error",
+@dataclass(frozen=True, slots=True)
+class BodyRecord:
+    """One archived body and the index row that names it, as ``Ledger.bodies`` yields it.
+
+    ``event_id``, ``source_table`` and ``direction`` are the row's key; ``content_type`` and
+    ``original_bytes`` what the writer recorded (``truncated`` when it kept only a prefix of a
+    body larger than the archive takes); ``data`` the bytes, already checked against the
+    segment hashes and the row's body hash. A plain frozen value: building one costs the copy
+    of ``data`` out of the inflated block, nothing more.
+    """
+
+    event_id: str
+    source_table: str
+    direction: str
+    content_type: str | None
+    original_bytes: int
+    truncated: bool
+    data: bytes
+
+
+__all__ = ["DEFAULT_BATCH_BYTES", "BodyRecord", "ERRORS", "BufferPool", "Errors", "Selection", "check_errors", "fault_error",
            "plan_batches", "read_batch", "read_each", "resolve", "slot_lengths"]
