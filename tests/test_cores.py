@@ -107,8 +107,8 @@ def test_a_small_ledgers_check_runs_one_page_thread_unless_told(small_ledger: Pa
         assert check_ledger(small_ledger, page_threads=2).checks["pages"].counts["threads"] == 2
 
 
-@pytest.mark.parametrize(("value", "error"), [(-1, ValueError), (cores.MAX_THREADS + 1, ValueError), (2**31, ValueError),
-                                              (1.5, TypeError), (float("nan"), TypeError), (True, TypeError),
+@pytest.mark.parametrize(("value", "error"), [(-1, ValueError), (cores.MAX_THREADS + 1, ValueError),
+                                              (2**31, ValueError), (1.5, TypeError), (float("nan"), TypeError), (True, TypeError),
                                               ("2", TypeError), (None, TypeError)])
 def test_a_threads_argument_outside_0_to_the_bound_is_refused_by_name(value: object, error: type) -> None:
     with pytest.raises(error, match="page_threads"):

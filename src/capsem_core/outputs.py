@@ -297,8 +297,8 @@ def _keep_mode(dir_fd: int, name: str, fd: int) -> None:
 
 def _open_into(path: str, *, fifo: bool) -> int:
     """A descriptor writing into an existing device or FIFO, which is never created,
-    truncated or replaced. A FIFO is opened non-blocking first: without a
-    reader that is ENXIO, one line, not a hang; then it blocks as a pipe does. A terminal is
+    truncated or replaced. A FIFO is opened non-blocking first: without a reader that is
+    ENXIO, one line, not a hang; then it blocks as a pipe does. A terminal is
     refused (a ledger's bytes could drive it), as is whatever stands there by the time it is
     open if it is not a device or a FIFO any more."""
     what = "FIFO" if fifo else "device"

@@ -354,5 +354,5 @@ class BodyRecord:
     data: bytes
 
 
-__all__ = ["DEFAULT_BATCH_BYTES", "BodyRecord", "ERRORS", "BufferPool", "Errors", "Selection", "check_errors", "fault_error",
-           "plan_batches", "read_batch", "read_each", "resolve", "slot_lengths"]
+__all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "BodyRecord", "BufferPool", "Errors", "Selection", "check_errors",
+           "fault_error", "plan_batches", "read_batch", "read_each", "resolve", "slot_lengths"]

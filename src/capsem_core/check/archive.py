@@ -215,8 +215,9 @@ def _walk_extents(snapshot: Snapshot, blocks: Blocks, sane: Mask, result: CheckR
         off = int(k_off[i])
         some = "an empty segment" if many == 1 else f"{many} empty segments"
         result.add(Finding("bad_empty_segment", ERROR,
-                           f"block at offset {off} holds {some} unlike one (the first at offset {at}): a hash other than BLAKE3 of no bytes, or a FINAL "
-                           "payload that is not a whole deflate stream yielding nothing; no body reaches it, so no "
+                           f"block at offset {off} holds {some} unlike one (the first at offset {at}): a hash "
+                           "other than BLAKE3 of no bytes, or a FINAL payload that is not a whole deflate stream "
+                           "yielding nothing; no body reaches it, so no "
                            "read back shows it", location={"block_offset": off, "segment_offset": at}))
     for i in np.flatnonzero(~failed & (walk.raw_len != k_raw)).tolist():
         off = int(k_off[i])

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--direction", metavar="D", type=text_argument, help="the body's direction: request, response, stdout, ...")
     parser.add_argument("-o", "--output", metavar="FILE", type=output_argument("output file", stdout=True),
                         help="write the bytes to FILE (a regular file is replaced whole; a device or a FIFO is "
-                             "written into; never through a link, never creating a directory); '-' is stdout")
+                             "written into; never onto a link, never creating a directory); '-' is stdout")
 
 
 def text_for_terminal(data: bytes) -> str | None:

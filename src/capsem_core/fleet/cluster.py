@@ -214,8 +214,9 @@ def connect(address: str, *, workers: int, tls: ClientTls | None = None,
         on_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if on_main else None
         try:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                                   host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
         finally:
             if on_main:
                 signal.signal(signal.SIGINT, previous)
