@@ -87,3 +87,27 @@ def test_delete_ledger_of_an_empty_path_deletes_nothing(tmp_path: Path, monkeypa
     with pytest.raises(LedgerError, match="is empty"):
         delete_ledger("")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_writer_interrupted_while_it_creates_the_archive_leaves_none_or_a_whole_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C between creating session.bodies and writing its 16-byte header left an empty
+    file, which check called a damaged archive until the next writer repaired it."""
+    from capsem_core.check import check_ledger
+
+    real_write = os.write
+
+    def interrupted_write(fd: int, data: bytes) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "write", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        LedgerWriter(tmp_path / "l")
+    monkeypatch.setattr(os, "write", real_write)
+    assert sorted(p.name for p in (tmp_path / "l").iterdir() if "bodies" in p.name) == []   # no archive, no temporary
+    report = check_ledger(tmp_path / "l" / "session.db", verify_bodies=True)
+    assert report.sound, [f.message for c in report.checks.values() for f in c.findings]
+    with LedgerWriter(tmp_path / "l") as w:   # the next writer goes on
+        w.insert("net_events", net_row(1), bodies=[Body("request", b"after", "http.request")])
+    with Ledger(tmp_path / "l") as ledger:
+        assert ledger.read_body(eid(1), "net_events", "request") == b"after"
