@@ -95,15 +95,15 @@ def test_a_writer_interrupted_while_it_creates_the_archive_leaves_none_or_a_whol
     file, which check called a damaged archive until the next writer repaired it."""
     from capsem_core.check import check_ledger
 
-    real_write = os.write
+    real_rename = os.rename
 
-    def interrupted_write(fd: int, data: bytes) -> int:
-        raise KeyboardInterrupt
+    def interrupted_rename(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt   # the header written, the name not yet given
 
-    monkeypatch.setattr(os, "write", interrupted_write)
+    monkeypatch.setattr(os, "rename", interrupted_rename)
     with pytest.raises(KeyboardInterrupt):
         LedgerWriter(tmp_path / "l")
-    monkeypatch.setattr(os, "write", real_write)
+    monkeypatch.setattr(os, "rename", real_rename)
     assert sorted(p.name for p in (tmp_path / "l").iterdir() if "bodies" in p.name) == []   # no archive, no temporary
     report = check_ledger(tmp_path / "l" / "session.db", verify_bodies=True)
     assert report.sound, [f.message for c in report.checks.values() for f in c.findings]

@@ -44,7 +44,7 @@ from capsem_core.format import (
     ZSTD_LEVEL,
 )
 from capsem_core.errors import BlockFull, BodyTooLarge, LedgerError, SymlinkRefused, WriterPoisoned
-from capsem_core.outputs import part_name
+from capsem_core.outputs import write_file_at
 from capsem_core.paths import SESSION_BODIES, refuse_symlink
 
 __all__ = ["BodyArchiveWriter", "SegmentWritten", "ZSTD_WINDOW_LOG", "codec_id"]
@@ -99,56 +99,18 @@ def _zstd_compressor() -> zstandard.ZstdCompressor:
     return zstandard.ZstdCompressor(compression_params=params)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _create_whole(path: Path) -> None:
-    """Make the absent archive ``path`` holding its file header, in one step: the header goes
-    to a file no name shows yet, linked in once whole (Linux's O_TMPFILE; elsewhere a hidden
-    temporary beside it, removed however this ends), so an interrupt leaves no archive or a
-    whole one, never the empty file a reader would call damaged until a writer repaired it.
-    A name that appears meanwhile is left to the open that follows."""
-    header = fmt.pack_file_header()
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """Make the absent archive ``path`` holding its file header, in one step, through the
+    output-path policy's per-file rule (a temporary renamed in once whole, removed however
+    this ends): an interrupt leaves no archive or a whole one, never the empty file a reader
+    would call damaged until a writer repaired it. The writer's lock is held, so nothing else
+    makes the name meanwhile."""
     try:
-        if hasattr(os, "O_TMPFILE"):
-            try:
-                fd = os.open(".", os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-            except OSError:   # a file system without unnamed files
-                fd = -1
-            if fd >= 0:
-                try:
-                    _write_all(fd, header)
-                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=dir_fd, follow_symlinks=True)
-                    return
-                except FileExistsError:
-                    return
-                except OSError:   # no /proc to name it by: the named way below
-                    pass
-                finally:
-                    os.close(fd)
-        tmp = part_name(path.name)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dir_fd)
-            try:
-                _write_all(fd, header)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except FileExistsError:
-                pass
-        finally:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
         raise LedgerError(f"io: cannot create the body archive: {e.strerror or e}", path) from e
+    try:
+        write_file_at(dir_fd, path.name, fmt.pack_file_header(), path.parent, mode=0o600)
     finally:
         os.close(dir_fd)
 
