@@ -270,9 +270,7 @@ def output_stream(path: PathArg, *, inputs: Sequence[PathArg] = ()) -> Iterator[
         except OSError as exc:
             if not (isinstance(exc, BrokenPipeError) or exc.filename is None and exc.errno in _WRITE_ERRNOS):
                 raise
-            raise LedgerError(f"the output {what}'s reader closed it before the output was whole"
-                              if isinstance(exc, BrokenPipeError)
-                              else f"cannot write to the output {what}: {exc.strerror}", raw) from None
+            raise _into_failed(exc, what, raw) from None
         return
     parent, name = os.path.split(raw)
     dir_fd = _parent_dir(parent)
@@ -323,6 +321,13 @@ def _open_into(path: str, *, fifo: bool) -> int:
     return fd
 
 
+def _into_failed(exc: OSError, what: str, path: str) -> LedgerError:
+    """A failed write into a device or FIFO, in one line naming it."""
+    if isinstance(exc, BrokenPipeError):
+        return LedgerError(f"the output {what}'s reader closed it before the output was whole", path)
+    return LedgerError(f"cannot write to the output {what}: {exc.strerror}", path)
+
+
 def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
     """Write into an existing device or FIFO without creating, truncating or replacing it."""
     fd = _open_into(path, fifo=fifo)
@@ -330,11 +335,8 @@ def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-    except BrokenPipeError:
-        raise LedgerError("the output FIFO's reader closed it before the output was whole", path) from None
     except OSError as exc:
-        raise LedgerError(f"cannot write to the output {'FIFO' if fifo else 'device'}: {exc.strerror}",
-                          path) from None
+        raise _into_failed(exc, "FIFO" if fifo else "device", path) from None
     finally:
         os.close(fd)
 

@@ -96,16 +96,13 @@ def _check_arguments(rows: object, route: object, options: object, page_threads:
         raise (ValueError if type(rows) is int else TypeError)(f"rows is an int >= 0, not {rows!r}")
     if route is not None and not isinstance(route, SessionRoute):
         raise TypeError(f"route is a SessionRoute or None, not {type(route).__name__}")
-    if options is not None and not isinstance(options, _verify_options()):
-        raise TypeError(f"options is a VerifyOptions or None, not {type(options).__name__}")
+    if options is not None:
+        from capsem_core.check.incremental import VerifyOptions   # loaded by a check that verifies less
+
+        if not isinstance(options, VerifyOptions):
+            raise TypeError(f"options is a VerifyOptions or None, not {type(options).__name__}")
     if page_threads is not None:
         cores.checked(page_threads, "page_threads")
-
-
-def _verify_options() -> type:
-    from capsem_core.check.incremental import VerifyOptions   # loaded by a check that verifies less
-
-    return VerifyOptions
 
 
 def _page_threads(db_path: Path, requested: int | None) -> int:
