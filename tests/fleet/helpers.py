@@ -139,15 +139,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def dask_cluster(workdir: Path, workers: int = 2, *, tls: Identity | None = None) -> Iterator[Cluster]:
+def dask_cluster(workdir: Path, workers: int = 2, *, tls: Identity | None = None, env: dict[str, str] | None = None,
+                 preload: Path | None = None) -> Iterator[Cluster]:
     """A real ``dask scheduler`` and ``workers`` single-threaded ``dask worker`` processes
     (no nanny: a killed worker stays dead) on 127.0.0.1, on free ports; always torn down.
     With ``tls``, a tls:// cluster: the scheduler and every worker present that certificate
-    and take only peers its CA signed."""
+    and take only peers its CA signed. ``env``: more environment for every process (Dask
+    reads its configuration from ``DASK_*``); ``preload``: a file each worker runs first."""
     from distributed import Client
     from distributed.security import Security
 
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
+    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False", **(env or {}))
     address = f"{'tls' if tls else 'tcp'}://127.0.0.1:{free_port()}"
     tls_flags = tls.flags() if tls else []
     security = Security(tls_ca_file=tls.ca_file, tls_client_cert=tls.cert, tls_client_key=tls.key,
@@ -166,7 +168,7 @@ def dask_cluster(workdir: Path, workers: int = 2, *, tls: Identity | None = None
             named[name] = subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", name, "--nthreads", "1",
                  "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--local-directory", str(workdir),
-                 *tls_flags],
+                 *tls_flags, *(["--preload", str(preload)] if preload else [])],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
             procs.append(named[name])
         with Client(address, timeout="60s", security=security) as client:

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("distributed", reason="the [fleet] extra (dask[distributed]) is not installed")
 
 from distributed import Client  # noqa: E402
+from capsem_core.sample import write_sample_home  # noqa: E402
 from tests.fleet.helpers import (  # noqa: E402
     Cluster, FleetHome, dask_cluster, findings_of, fleet_home, heavy_ledger, sized_home, verdicts, wait_for,
 )
@@ -134,6 +135,25 @@ def test_a_worker_killed_mid_run_has_its_tasks_run_again_and_the_report_says_so(
     assert all(r.attempts > r.tasks for r in retried)
     assert all("died while it held" in why and "run again" in why for r in retried for why in r.retried)
     assert report.totals()["retried"] == len(retried)
+
+
+def test_every_retry_is_reported_however_many_tasks_the_schedulers_event_log_outlived(tmp_path: Path) -> None:
+    """The scheduler keeps the last ``low-level-log-length`` events of a topic (1000 by
+    default): a run of more tasks than that lost the start events of its first ones, and
+    with them the report's retries. Here the log keeps 3, and each ledger's check
+    raises once on a worker before it runs (more ledgers than that)."""
+    home = tmp_path / "home"
+    write_sample_home(home, sessions=7, seed=5, bodies=10)
+    (tmp_path / "flaky").mkdir()
+    env = {"DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "3", "CAPSEM_TEST_FLAKY_DIR": str(tmp_path / "flaky")}
+    with dask_cluster(tmp_path, env=env, preload=Path(__file__).with_name("flaky.py")) as own, \
+            Client(own.address) as client:
+        report = check_all([], home=home, client=client)
+    n = len(report.results)
+    assert n > 3 and all(r.verdict == "ok" for r in report)
+    assert [r.attempts for r in report] == [2] * n
+    assert all(r.retried == ["its check raised and was retried 1 time"] for r in report)
+    assert report.totals()["retried"] == n
 
 
 def _sigint_handler() -> str:

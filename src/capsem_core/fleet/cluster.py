@@ -326,9 +326,16 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
                    on_result: Callable[[LedgerResult], None] | None = None) -> list[LedgerResult]:
     """Check every ledger on the cluster ``client`` is connected to; results in the order
     of ``ledgers``. ``split``: the options allow a verify split into block ranges."""
+    run = uuid.uuid4().hex[:12]
+    with _starts_of(client, run) as starts:
+        return _run(client, ledgers, options, split, range_bytes, retries, on_result, run, starts)
+
+
+def _run(client: Client, ledgers: Sequence[FleetLedger], options: dict[str, Any], split: bool, range_bytes: int,
+         retries: int, on_result: Callable[[LedgerResult], None] | None, run: str,
+         starts: dict[str, int]) -> list[LedgerResult]:
     from distributed import as_completed
 
-    run = uuid.uuid4().hex[:12]
     slots = slots_by_host(client)
     state = [_Ledger(ledger) for ledger in ledgers]
     meta: dict[str, tuple[int, int]] = {}  # key -> (ledger, range index or -1 for the check)
@@ -381,8 +388,47 @@ def run_on_cluster(client: Client, ledgers: Sequence[FleetLedger], options: dict
         results[i] = result
         if on_result is not None:
             on_result(result)
-    _attempts(client, state, results)
+    _attempts(client, state, results, starts)
     return [r for r in results if r is not None]
+
+
+# Runs on one client at once share its one handler of START_TOPIC: each run's starts by key.
+_runs_by_client: dict[str, dict[str, dict[str, int]]] = {}
+_runs_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _starts_of(client: Client, run: str) -> Iterator[dict[str, int]]:
+    """The start events of this run's tasks, counted by key as the scheduler forwards them.
+    The scheduler keeps only the last ``distributed.admin.low-level-log-length`` events of a
+    topic (1000 by default), so a run of more tasks than that cannot count them afterwards."""
+    starts: dict[str, int] = defaultdict(int)
+    with _runs_lock:
+        runs = _runs_by_client.setdefault(client.id, {})
+        if not runs:
+            client.subscribe_topic(START_TOPIC, lambda event, runs=runs: _count_start(runs, event))  # type: ignore[no-untyped-call]
+        runs[run] = starts
+    try:
+        yield starts
+    finally:
+        with _runs_lock:
+            del runs[run]
+            if not runs:
+                del _runs_by_client[client.id]
+                with contextlib.suppress(Exception):   # a client already closed forwards nothing more
+                    client.unsubscribe_topic(START_TOPIC)  # type: ignore[no-untyped-call]
+
+
+def _count_start(runs: dict[str, dict[str, int]], event: Any) -> None:
+    """(On the client's event loop.) One task started: counted for the run its key names."""
+    try:
+        key = str(event[1].get("key"))
+    except (TypeError, IndexError, AttributeError):
+        return
+    with _runs_lock:
+        for run, starts in runs.items():
+            if f"-{run}-" in key:
+                starts[key] += 1
 
 
 def _answer(future: Future[Any], ledger: FleetLedger, j: int) -> TaskOutcome | RangeOutcome:
@@ -416,12 +462,16 @@ def _finish(s: _Ledger) -> LedgerResult | None:
                         tasks=1 + (len(s.ranges) if s.split else 0))
 
 
-def _attempts(client: Client, state: Sequence[_Ledger], results: Sequence[LedgerResult | None]) -> None:
+def _attempts(client: Client, state: Sequence[_Ledger], results: Sequence[LedgerResult | None],
+              counted: dict[str, int]) -> None:
     """Per ledger: how many times its tasks started, and why any ran again (from the start
-    events the tasks logged and the scheduler's record of the workers it lost)."""
-    starts: dict[str, int] = defaultdict(int)
+    events the tasks logged, as they came and as the scheduler still holds them, and the
+    scheduler's record of the workers it lost)."""
+    held: dict[str, int] = defaultdict(int)
     for _, msg in client.get_events(START_TOPIC):
-        starts[str(msg.get("key"))] += 1
+        held[str(msg.get("key"))] += 1
+    with _runs_lock:
+        starts = {key: max(counted.get(key, 0), held.get(key, 0)) for key in {*counted, *held}}
     lost: dict[str, list[str]] = defaultdict(list)
     for _, msg in client.get_events("all"):
         if isinstance(msg, dict) and msg.get("action") == "remove-worker" and not msg.get("expected"):
