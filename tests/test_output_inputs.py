@@ -1,12 +1,13 @@
 """The output-path policy's rule about whose files an output may take: never a file the
 command reads, never Capsem's own session.db, session.bodies or main.db, never a name SQLite
-or the writer reads as part of one; and the ways to name an output that are ordinary (``./x``,
+or the writer reads as part of one, never a home's VM name links; and the ways to name an output that are ordinary (``./x``,
 ``../x``, a long name, ``/dev/stdout``) all write. Each through the real command where one
 exists."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pty
 import resource
@@ -21,6 +22,7 @@ import pytest
 from capsem_core.errors import LedgerError
 from capsem_core.ledger import Ledger
 from capsem_core.outputs import output_stream, write_output
+from capsem_core.sample import write_sample_home
 from capsem_core.writer import Body, LedgerWriter
 from tests.cli.ledger_cli import run
 from tests.test_outputs import BODY, ledger  # noqa: F401 (ledger: a fixture)
@@ -75,6 +77,23 @@ def test_another_ledgers_files_and_a_main_db_are_capsems_and_never_replaced(ledg
             write_output(output, b"a body")
     assert digests(other) == before and (tmp_path / "home" / "main.db").read_bytes() == b"Capsem's index"
     assert not (tmp_path / "home" / "main.db-wal").exists()
+
+
+def test_the_vm_name_links_a_command_resolved_its_session_by_are_never_replaced(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_sample_home(home, sessions=2, seed=4, bodies=5)
+    links = home / "sessions" / "capsem-core-vm-names.json"
+    vm = next(iter(json.loads(links.read_text())["names"]))
+    before = links.read_bytes()
+    env = dict(os.environ, CAPSEM_HOME=str(home))
+    for output in (links, Path(f"{links}.lock")):
+        done = subprocess.run([sys.executable, "-m", "capsem_core", "export", vm, "--warc", str(output)],
+                              capture_output=True, timeout=120, env=env)
+        err = done.stderr.decode()
+        assert done.returncode == 1 and err.count("\n") == 1 and "VM name links" in err, err
+    assert links.read_bytes() == before
+    with pytest.raises(LedgerError, match="VM name links"):
+        write_output(links, b"a body")
 
 
 def test_a_file_merely_named_like_capsems_with_no_database_beside_it_is_written(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ through here, so one rule holds everywhere:
   (``/dev/stdout``, ``/dev/fd/1``);
 - an output never replaces a file the command reads, nor Capsem's own ``session.db``,
   ``session.bodies`` or ``main.db``, nor puts a file SQLite or the writer would take for one
-  of theirs (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``) beside one; the directory is
-  compared by identity, so ``..``, a link or a bind mount reaching it changes nothing.
+  of theirs (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``) beside one, nor replaces the
+  VM name links capsem-core keeps beside a main.db or their lock; the directory is compared
+  by identity, so ``..``, a link or a bind mount reaching it changes nothing.
 
 ``write_output`` writes bytes already in hand; ``output_stream`` is the same policy for an
 output streamed as it is made (``export --warc``): the temporary file is renamed into place
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from capsem_core.errors import LedgerError, SymlinkRefused
-from capsem_core.paths import SESSION_BODIES, SESSION_DB, WRITER_LOCK_SUFFIX
+from capsem_core.paths import SESSION_BODIES, SESSION_DB, VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX, WRITER_LOCK_SUFFIX
 
 PathArg = os.PathLike[str] | str
 STDOUT = "-"
@@ -165,7 +166,8 @@ def refuse_capsem_file(dir_fd: int, name: str, shown: PathArg, inputs: Sequence[
     """LedgerError when writing ``name`` in the directory ``dir_fd`` would replace a file the
     command reads (one of ``inputs``) or Capsem's own ``session.db``, ``session.bodies`` or
     ``main.db``, or would put beside one a name SQLite or the writer reads as part of it
-    (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``). Directories are compared by identity,
+    (``-wal``, ``-shm``, ``-journal``, ``-writer.lock``), or would replace a home's VM name
+    links (``capsem-core-vm-names.json``) or their lock. Directories are compared by identity,
     so ``..``, a link or a bind mount reaching the same one is caught."""
     here = os.fstat(dir_fd)
     for path in inputs:
@@ -184,6 +186,12 @@ def refuse_capsem_file(dir_fd: int, name: str, shown: PathArg, inputs: Sequence[
     if base in CAPSEM_FILES and exists_at(dir_fd, base):
         what = f"Capsem's {base}" if name == base else f"{name}, which SQLite or the writer reads as part of {base}"
         raise LedgerError(f"the output file is {what}; refusing to write there: name another file", shown)
+    # The VM name links are read to resolve a name (so `body NAME -o` there would replace
+    # what the command read) and every later name needs them.
+    if name in (VM_NAMES_FILE, VM_NAMES_FILE + VM_NAMES_LOCK_SUFFIX) and (
+            exists_at(dir_fd, VM_NAMES_FILE) or exists_at(dir_fd, "main.db")):
+        raise LedgerError(f"the output file is {name}, capsem-core's VM name links of the home beside it; "
+                          "refusing to write there: name another file", shown)
 
 
 def exists_at(dir_fd: int, name: str) -> bool:

@@ -19,6 +19,9 @@ from capsem_core.errors import LedgerError, SymlinkRefused
 SESSION_DB = "session.db"
 SESSION_BODIES = "session.bodies"
 WRITER_LOCK_SUFFIX = "-writer.lock"
+# capsem-core's own file beside a home's main.db (sessions/vmnames.py), and its lock's suffix.
+VM_NAMES_FILE = "capsem-core-vm-names.json"
+VM_NAMES_LOCK_SUFFIX = ".lock"
 
 PathArg = os.PathLike[str] | str
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from capsem_core.errors import LedgerError, LedgerWarning
 from capsem_core.outputs import write_file_at
+from capsem_core.paths import VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX
 from capsem_core.sessions.home import session_word_problem
 
-SIDECAR_NAME = "capsem-core-vm-names.json"
+SIDECAR_NAME = VM_NAMES_FILE
 SIDECAR_FORMAT = "capsem-core-vm-names"
 SIDECAR_VERSION = 1
 # About 3,900 links of two 128-character words, with the file's punctuation and indentation,
@@ -106,7 +107,7 @@ def link_name(main_db: os.PathLike[str] | str, name: str, session_id: str) -> No
     path = sidecar_path(main_db)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        lock_fd = os.open(str(path) + VM_NAMES_LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         raise LedgerError(f"cannot lock the VM name links: {exc.strerror or exc}", path) from exc
     try:
