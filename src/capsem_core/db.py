@@ -300,6 +300,14 @@ def _no_access_time(target: os.stat_result, before: set[int]) -> None:
             pass
 
 
+def exact_text(raw: bytes) -> str:
+    """A TEXT value as a str that never fails to decode: SQLite keeps whatever bytes were
+    written (a hostile hand can write bytes that are not UTF-8, which SQLite's checks call
+    sound); those stay as surrogates (surrogateescape), so the value round-trips to the same
+    bytes, and terminals escape what they show."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def connect_memory() -> sqlite3.Connection:
     """A private in-memory database (scratch work such as reading DDL back)."""
     return sqlite3.connect(":memory:")

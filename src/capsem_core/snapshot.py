@@ -94,6 +94,8 @@ def open_read_only(db_path: Path, plan: db.ReadPlan, *, connections: int = 1) ->
         raise LedgerError("empty file, not a session ledger", db_path)
     # A check reads what it can and reports an unread -wal itself.
     conn = db.connect_readonly(db_path, plan=plan, allow_unread_wal=True)
+    # A check quotes ledger values in its findings: one not UTF-8 is reported, not an error.
+    conn.text_factory = db.exact_text
     try:
         # The first statement that reads page 1: SQLite checks the header's magic there, so a
         # foreign file is named here without opening it a second time to read its first bytes.

@@ -271,3 +271,29 @@ def test_error_messages_quoting_a_hostile_path_are_escaped(tmp_path: Path) -> No
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert_terminal_safe(proc.stderr, colour=False)
     assert "no-\\x1b]8;;x\\x07such\\x0d\\u202e" in proc.stderr
+
+
+def test_text_that_is_not_utf8_gives_a_report_never_an_error(hostile: Path) -> None:
+    """SQLite keeps a TEXT value's bytes as written: a hostile hand can store bytes that are
+    not UTF-8, which quick_check calls sound. The sections quoting such values (a tool name,
+    a turn's traces, a preview) report them, escaped in text, as surrogates in --json."""
+    conn = sqlite3.connect(hostile, isolation_level=None)
+    try:
+        conn.execute("UPDATE tool_calls SET tool_name = CAST(x'746f6f6cff' AS TEXT) WHERE call_index = 0")
+        conn.execute("UPDATE net_events SET domain = CAST(x'6576696cc92e6578616d706c65' AS TEXT) WHERE status_code = 404")
+        # One turn, two traces, one of them not UTF-8: the identity graph quotes both.
+        conn.execute("UPDATE model_calls SET turn_id = 'turn-1', trace_id = CAST(x'7472616365c9' AS TEXT) WHERE id = 1")
+        conn.execute("UPDATE model_calls SET turn_id = 'turn-1' WHERE id = 2")
+    finally:
+        conn.close()
+    proc = _run(hostile, "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "error" not in report, proc.stdout + proc.stderr
+    split = next(f for f in report["checks"]["identity_graph"]["findings"] if f["code"] == "turn_in_many_traces")
+    assert {split["examples"][0]["trace_id"], split["examples"][0]["other_trace_id"]} == {"trace\udcc9", TRACE}
+    usage = report["checks"]["tool_usage"]["tables"]["usage"]["rows"]
+    assert "tool\udcff" in {row[0] for row in usage}
+    proc = _run(hostile, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    assert_terminal_safe(proc.stdout, colour=False)
+    assert "tool\\udcff" in proc.stdout or "tool\\xff" in proc.stdout

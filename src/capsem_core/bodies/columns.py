@@ -14,15 +14,13 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from capsem_core.db import exact_text
+
 Positions = npt.NDArray[np.intp]
 
 _EMPTY = np.zeros(0, np.uint8)
 
 
-def _decode(raw: bytes) -> str:
-    # A hostile index can hold bytes that are not UTF-8: keep them (surrogateescape) so the
-    # value still round-trips to the same SQL text; terminals sanitize what they show.
-    return raw.decode("utf-8", "surrogateescape")
 
 
 class TextColumn:
@@ -94,7 +92,7 @@ class TextColumn:
         if self.null[j]:
             return None
         a, b = int(self.offsets[j]), int(self.offsets[j + 1])
-        return _decode(self.data[a:b].tobytes())
+        return exact_text(self.data[a:b].tobytes())
 
     @overload
     def __getitem__(self, key: int) -> str | None: ...
