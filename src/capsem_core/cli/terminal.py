@@ -15,6 +15,7 @@ through :func:`sanitize`; ``--json`` output keeps the exact values instead.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -30,21 +31,29 @@ def _escape(ch: str) -> str:
     return f"\\U{code:08x}"
 
 
+# Unicode's default-ignorable code points that Python calls printable: invisible, yet a
+# domain holding one reads as another (combining grapheme joiner, Hangul fillers, Khmer
+# inherent vowels, Mongolian and other variation selectors).
+_INVISIBLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
+                        "\U000e0100-\U000e01ef]")
+
+
 def sanitize(value: object) -> str:
     """``value`` as text that a terminal shows but never acts on.
 
     Every character Python does not call printable — C0 and C1 controls (ESC, CR, BEL,
     NEL ...), DEL, format characters (bidi overrides and isolates, zero-width joiners,
     the BOM), line and paragraph separators, surrogates, private-use and unassigned code
-    points, and spaces other than U+0020 — is shown as a visible escape (``\\x1b``,
+    points, and spaces other than U+0020 — and every invisible one it does (variation
+    selectors, fillers: ``_INVISIBLE``) is shown as a visible escape (``\\x1b``,
     ``\\u202e``). ``None`` is the empty string; other objects go through ``str`` first.
     """
     if value is None:
         return ""
     text = value if isinstance(value, str) else str(value)
-    if text.isprintable():
+    if text.isprintable() and _INVISIBLE.search(text) is None:
         return text
-    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+    return "".join(ch if ch.isprintable() and _INVISIBLE.match(ch) is None else _escape(ch) for ch in text)
 
 
 def colour_wanted(stream: TextIO) -> bool:
