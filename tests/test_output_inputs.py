@@ -24,7 +24,7 @@ from capsem_core.ledger import Ledger
 from capsem_core.outputs import output_stream, write_output
 from capsem_core.sample import write_sample_home
 from capsem_core.writer import Body, LedgerWriter
-from tests.cli.ledger_cli import run
+from tests.cli.ledger_cli import run, run_argv_on_a_terminal
 from tests.test_outputs import BODY, ledger  # noqa: F401 (ledger: a fixture)
 
 def digests(directory: Path) -> dict[str, str]:
@@ -191,3 +191,32 @@ def test_a_fifo_whose_reader_leaves_early_is_a_failure_not_a_success(tmp_path: P
         raise AssertionError("a write past a reader that left was taken for a whole one")
     reader.join()
     assert opened.is_set()
+
+
+def test_an_export_to_stdout_whose_reader_leaves_early_is_a_failure_not_a_success(tmp_path: Path) -> None:
+    """`export --warc - | head -c 100` delivered 100 bytes of the WARC and exited 0: for a
+    stream whose end is its proof of being whole, a reader that left is a failure."""
+    directory = tmp_path / "big"
+    with LedgerWriter(directory) as w:
+        for i in range(40):   # 2.5 MiB that deflate cannot shrink: far more than a pipe holds
+            w.insert("net_events", {"event_id": f"{i:012x}", "timestamp": "2026-11-30T12:00:00.000000Z",
+                                    "domain": "api.anthropic.com", "decision": "allowed"},
+                     bodies=[Body("response", os.urandom(64 << 10), "http.request")])
+    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "export", "--db", str(directory), "--warc", "-"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100)[:2] == b"\x1f\x8b"
+    proc.stdout.close()   # the reader leaves; the writer still has megabytes to write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert err == "capsem-ledger export: stdout: the output standard output's reader closed it before the output " \
+                  "was whole\n", err
+
+
+def test_the_api_never_streams_an_output_to_a_terminal(ledger: Path) -> None:
+    code, shown, err = run_argv_on_a_terminal([sys.executable, "-c", (
+        "import sys\nfrom capsem_core import Ledger\nfrom capsem_core.errors import LedgerError\n"
+        f"try:\n    Ledger({str(ledger)!r}).export_warc('-', level=0)\n"
+        "except LedgerError as exc:\n    sys.exit(f'refused: {exc}')")])
+    assert code == 1 and shown == b"", shown
+    assert err.decode().startswith("refused: stdout: standard output is a terminal"), err

@@ -50,6 +50,7 @@ from capsem_core.paths import SESSION_BODIES, SESSION_DB, VM_NAMES_FILE, VM_NAME
 
 PathArg = os.PathLike[str] | str
 STDOUT = "-"
+STDOUT_SHOWN = "stdout"   # how an error names standard output
 PART_SUFFIX = ".part-"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -262,12 +263,23 @@ def output_stream(path: PathArg, *, inputs: Sequence[PathArg] = ()) -> Iterator[
     removes it, so no partial file is ever left under the name or beside it. A character
     device or a FIFO with a reader is written into as the bytes come (nothing to remove:
     what was written has gone; a reader that leaves early is a LedgerError). ``-`` (or a link
-    to standard output) is standard output, flushed at the end and never closed. Refusals as
-    ``write_output``'s, before anything is created."""
+    to standard output) is standard output, flushed at the end and never closed, refused when
+    it is a terminal; its reader leaving early is a LedgerError too (an output cut short is
+    not a success, whatever ``| head`` means for text). Refusals as ``write_output``'s,
+    before anything is created."""
     if names_stdout(path):
+        if sys.stdout.isatty():
+            raise LedgerError("standard output is a terminal, which an output's raw bytes could drive: "
+                              "redirect it or name a file", STDOUT_SHOWN)
         out = sys.stdout.buffer
-        yield out
-        out.flush()
+        try:
+            yield out
+            out.flush()
+        except OSError as exc:
+            if not (isinstance(exc, BrokenPipeError) or exc.filename is None and exc.errno in _WRITE_ERRNOS):
+                raise
+            quiet_stdout()
+            raise _into_failed(exc, "standard output", STDOUT_SHOWN) from None
         return
     raw, kind = _output_file(path)
     if kind != "file":
@@ -330,10 +342,21 @@ def _open_into(path: str, *, fifo: bool) -> int:
 
 
 def _into_failed(exc: OSError, what: str, path: str) -> LedgerError:
-    """A failed write into a device or FIFO, in one line naming it."""
+    """A failed write into a device, a FIFO or standard output, in one line naming it."""
     if isinstance(exc, BrokenPipeError):
         return LedgerError(f"the output {what}'s reader closed it before the output was whole", path)
     return LedgerError(f"cannot write to the output {what}: {exc.strerror}", path)
+
+
+def quiet_stdout() -> None:
+    """Standard output's reader has gone (or its device failed): later writes, and the
+    interpreter's last flush, go nowhere instead of failing once more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
@@ -492,7 +515,7 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "check_output_name", "exists_at", "export_name",
+__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "STDOUT_SHOWN", "check_output_name", "exists_at", "export_name",
            "file_at", "is_export_name", "names_stdout", "open_output_dir", "output_stream", "part_name",
-           "prepare_output_dir", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "safe_component",
+           "prepare_output_dir", "quiet_stdout", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "safe_component",
            "write_file_at", "write_output"]

@@ -33,6 +33,7 @@ from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
 from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, Event, EventPage, choose_tables
 from capsem_core.ledger import Ledger
+from capsem_core.outputs import quiet_stdout
 
 # The columns that say what an event was, per table, in the one-line view (--jsonl has all).
 SUMMARY_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 if state.done(args.limit) or stop():
                     break
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return 0
     except (KeyboardInterrupt, Terminated):
         state.report()
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         out.flush()
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return 0
     state.report()
     return 0
@@ -216,14 +217,6 @@ def _deliver(out: TextIO, lines: list[str], done: list[int]) -> None:
 
 
 _WRITE_CHUNK = 1 << 20
-
-
-def _quiet_stdout() -> None:
-    # The reader went away: nothing more can be written, and the interpreter's last flush of
-    # stdout must not complain about it either.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def _json_value(value: object) -> object:
