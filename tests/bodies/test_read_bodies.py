@@ -5,6 +5,8 @@ pure-Python reader (oracles/archive_reader.py) on real ledgers in temp dirs."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from capsem_core.bodies import BodyBatch
 from capsem_core.bodies import read as bulk
 from capsem_core.ledger import Ledger
 from oracles.archive_reader import archived_bodies
+from tests.bodies.conftest import write_blocks_ledger
 
 Key = tuple[str, str, str]
 
@@ -290,3 +293,38 @@ def test_a_dropped_batch_frees_its_buffer_at_once(blocks_ledger: tuple[Path, dic
             assert gone() is None  # by reference counting alone: no cycle keeps it
         finally:
             gc.enable()
+
+
+_FORGED_READ = """
+import resource, sys
+from capsem_core import Ledger
+with Ledger(sys.argv[1]) as ledger:
+    batch = ledger.read_bodies(errors="report")
+    kinds = sorted({f.kind for f in batch.findings})
+    print(len(batch.findings), sum(batch.ok), ",".join(kinds), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_rows_claiming_more_than_their_block_holds_never_size_the_buffer(tmp_path: Path) -> None:
+    """A batch's buffer is sized from the rows' lengths before any byte is read: 64 forged
+    rows each claiming 16 MiB of a block that holds a few KiB made read_bodies fault in a
+    GiB. Each is a span outside its block, found before sizing: the buffer holds what the
+    sound rows name."""
+    directory = tmp_path / "forged"
+    written = write_blocks_ledger(directory, count=4, size=4000)
+    db = directory / "session.db"
+    with sqlite3.connect(db) as conn:
+        block, raw_len = conn.execute("SELECT block_offset, raw_len FROM body_blocks ORDER BY block_offset").fetchone()
+        assert raw_len < 1 << 20
+        big = fmt.MAX_BLOCK_RAW_BYTES
+        conn.executemany(
+            "INSERT INTO event_body_blobs (event_id, event_type, source_table, direction, original_bytes, "
+            "stored_bytes, truncated, body_hash, block_offset, body_offset, body_len, created_at) "
+            "VALUES (?, 'http.request', 'net_events', 'payload', ?, ?, 0, ?, ?, 0, ?, '2026-11-30T12:00:00Z')",
+            [(f"{0xf00000 + i:012x}", big, big, "blake3:" + "0" * 64, block, big) for i in range(64)])
+    done = subprocess.run([sys.executable, "-c", _FORGED_READ, str(directory)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    findings, ok, kinds, peak_kib = done.stdout.split()
+    assert (int(findings), int(ok), kinds) == (64, len(written), "out_of_range")
+    assert int(peak_kib) < 400 << 10, f"peak RSS {int(peak_kib) >> 10} MiB for {len(written)} small bodies"

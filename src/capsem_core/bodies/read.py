@@ -172,12 +172,27 @@ def _key_positions(keys: Sequence[Key], idx: BodyIndex, conn: sqlite3.Connection
     return np.unique(pos.astype(np.intp))
 
 
+def in_block(idx: BodyIndex, positions: Positions) -> npt.NDArray[np.bool_]:
+    """Per chosen row: whether its span lies inside a block body_blocks lists (within that
+    block's raw_len). A batch is sized from the rows' own lengths, so only these may claim
+    bytes: a forged index could otherwise claim 16 MiB per row of a block holding a few
+    hundred bytes (a row naming a block no body_blocks row lists breaks its foreign key)."""
+    blocks = idx.blocks
+    blk = idx.block_offset[positions]
+    at = np.minimum(np.searchsorted(blocks.block_offset, blk), max(len(blocks) - 1, 0))
+    if not len(blocks):
+        return np.zeros(positions.shape[0], np.bool_)
+    off, lens = idx.body_offset[positions], idx.body_len[positions]
+    listed = blocks.block_offset[at] == blk
+    inside = (off >= 0) & (lens >= 0) & (off <= blocks.raw_len[at]) & (lens <= blocks.raw_len[at] - off)
+    ok: npt.NDArray[np.bool_] = listed & inside & idx.row_ok[positions]
+    return ok
+
+
 def slot_lengths(idx: BodyIndex, positions: Positions) -> npt.NDArray[np.int64]:
     """Bytes each chosen body takes in a batch: its length, 0 for a row that names no body
-    (a span out of any block's bounds, or a non-integer column)."""
-    lens = idx.body_len[positions]
-    bad = (lens < 0) | (lens > MAX_BLOCK_RAW_BYTES) | ~idx.row_ok[positions]
-    return np.where(bad, 0, lens)
+    (a non-integer column, a span outside the block body_blocks lists for it)."""
+    return np.where(in_block(idx, positions), idx.body_len[positions], 0)
 
 
 def plan_batches(idx: BodyIndex, positions: Positions, max_bytes: int) -> list[tuple[int, int]]:
@@ -208,9 +223,13 @@ def plan_batches(idx: BodyIndex, positions: Positions, max_bytes: int) -> list[t
 
 def _index_fault(idx: BodyIndex, i: int) -> verify.BodyFault:
     event_id, table, direction = idx.key(i)
+    where = (int(idx.block_offset[i]), int(idx.body_offset[i]), int(idx.body_len[i]))
+    if idx.row_ok[i]:
+        return verify.BodyFault(int(idx.id[i]), event_id, table, direction, *where, None, "out_of_range",
+                                f"{event_id} {table}/{direction}: body reference out of range for its block "
+                                f"(block {where[0]}: body_blocks lists no such block, or a shorter one)")
     text = "a non-integer span or a non-text body_hash: the row names no body"
-    return verify.BodyFault(int(idx.id[i]), event_id, table, direction, int(idx.block_offset[i]),
-                            int(idx.body_offset[i]), int(idx.body_len[i]), None, "index",
+    return verify.BodyFault(int(idx.id[i]), event_id, table, direction, *where, None, "index",
                             f"{event_id} {table}/{direction}: event_body_blobs row {text}")
 
 
@@ -240,11 +259,12 @@ class Scratch:
         self.batch_bytes = batch_bytes
 
 
-def _for_kernel(rows: BodyIndex) -> tuple[Positions, BodyIndex | None, list[verify.BodyFault]]:
-    """The rows the kernel reads (those naming a body in a block's bounds), those rows (None
-    when there are none), and the findings of the others."""
-    named = np.flatnonzero(rows.row_ok)
-    findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~rows.row_ok)]
+def _for_kernel(rows: BodyIndex, readable: npt.NDArray[np.bool_]) -> tuple[Positions, BodyIndex | None,
+                                                                          list[verify.BodyFault]]:
+    """The rows the kernel reads (``readable``: those naming a body in a block's bounds,
+    ``in_block``), those rows (None when there are none), and the findings of the others."""
+    named = np.flatnonzero(readable)
+    findings = [_index_fault(rows, int(i)) for i in np.flatnonzero(~readable)]
     if not named.shape[0]:
         return named, None, findings
     return named, rows if named.shape[0] == len(rows) else rows.take(named), findings
@@ -257,7 +277,7 @@ def read_each(snapshot: Snapshot, idx: BodyIndex, positions: Positions, threads:
     a body that did not verify, with its finding (archive order)."""
     rows = idx.take(positions)
     datas: list[bytes | None] = [None] * len(rows)
-    named, kernel_rows, findings = _for_kernel(rows)
+    named, kernel_rows, findings = _for_kernel(rows, in_block(idx, positions))
     if kernel_rows is not None:
         done = verify.run(snapshot, verify.Part(kernel_rows, idx.blocks), threads=threads,
                           into=verify.Into(as_bytes=True, buffers=scratch.kernel))
@@ -280,15 +300,16 @@ def read_batch(snapshot: Snapshot, idx: BodyIndex, positions: Positions, errors:
     # Every row, in order (the common case): the index itself, no copy of its arrays.
     whole = positions.shape[0] == len(idx) and (len(idx) == 0 or (positions[0] == 0 and positions[-1] == len(idx) - 1))
     rows = idx if whole else idx.take(positions)
-    lens = slot_lengths(idx, positions)
+    readable = in_block(idx, positions)
+    lens = np.where(readable, idx.body_len[positions], 0)
     offsets = np.zeros(len(rows), np.int64)
     if len(rows) > 1:
         np.cumsum(lens[:-1], out=offsets[1:])
     size = int(lens.sum())
     pool = scratch.batches if scratch is not None else None
     buffer = pool.take(size, scratch.batch_bytes) if pool is not None and scratch is not None else new_buffer(size)
-    named, kernel_rows, findings = _for_kernel(rows)
-    failed = np.flatnonzero(~rows.row_ok)
+    named, kernel_rows, findings = _for_kernel(rows, readable)
+    failed = np.flatnonzero(~readable)
     if kernel_rows is not None:
         done = verify.run(snapshot, verify.Part(kernel_rows, idx.blocks), threads=threads,
                           into=verify.Into(buffer, offsets[named], buffers=scratch.kernel if scratch else None))
