@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +88,13 @@ def test_the_pool_keeps_at_most_two_regions_and_hands_out_a_fresh_one_when_both_
     again = [pool.take(1 << 20, 2 << 20) for _ in range(2)]
     assert {_address(x) for x in again} <= held and len(pool._free) == 0
     assert pool.take(1 << 10, 2 << 20).nbytes == 1 << 10   # below the floor: a plain array
+
+
+def test_a_buffer_the_system_cannot_give_is_a_memory_error_not_an_os_error() -> None:
+    # An address-space limit stands in for a machine out of memory.
+    code = ("import resource\nresource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "from capsem_core.bodies.read import new_buffer\n"
+            "try:\n    new_buffer(3 << 30)\nexcept MemoryError as exc:\n    print(type(exc).__name__, exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("MemoryError cannot allocate a batch buffer of "), \
+        done.stdout + done.stderr

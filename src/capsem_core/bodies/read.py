@@ -55,7 +55,10 @@ _POPULATE_MIN = 1 << 20
 def _region(size: int) -> mmap.mmap:
     """A fresh anonymous region of ``size`` bytes, its pages faulted in up front."""
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(-1, size, flags=flags)
+    try:
+        return mmap.mmap(-1, size, flags=flags)
+    except OSError as exc:   # as numpy's own allocations say it, not as an I/O error
+        raise MemoryError(f"cannot allocate a batch buffer of {size:,} bytes: {exc.strerror}") from None
 
 
 def new_buffer(size: int) -> npt.NDArray[np.uint8]:
