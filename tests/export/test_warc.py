@@ -279,3 +279,35 @@ def test_a_failure_mid_export_leaves_no_file(sample: Path, tmp_path: Path, monke
     assert raised.value.path is not None and Path(raised.value.path).name == "x.warc.gz"   # the output, named
     assert [p.name for p in tmp_path.iterdir()] == ["x.warc.gz"]
     assert (tmp_path / "x.warc.gz").read_bytes() == b"an older export"
+
+
+def test_key_parts_that_would_make_two_bodies_share_a_record_id_are_skipped(tmp_path: Path) -> None:
+    """Record ids join the key's parts with ':' inside '<>': a forged event_id 'evil:x' and
+    a forged direction 'x:request' named one id. Parts holding ':', '<', '>', a space or a
+    control are skipped by name; a long forged value is quoted cut short."""
+    write_blocks_ledger(tmp_path / "forged", count=4, size=2000)
+    with sqlite3.connect(tmp_path / "forged" / "session.db") as conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        first, second = (r[0] for r in conn.execute(
+            "SELECT event_id FROM net_events ORDER BY id LIMIT 2"))
+        conn.execute("UPDATE net_events SET event_id = 'evil:x' WHERE event_id = ?", (first,))
+        conn.execute("UPDATE event_body_blobs SET event_id = 'evil:x' WHERE event_id = ?", (first,))
+        conn.execute("UPDATE event_body_blobs SET direction = 'x\x1b:request', content_type = ? "
+                     "WHERE event_id = ? AND direction = 'response'", ("a\x07" * 100_000, second))
+    summary, records = _export(tmp_path / "forged", tmp_path / "f.warc.gz")
+    skipped = {(b.event_id, b.direction): (b.reason, b.field) for b in summary.sample}
+    assert skipped == {("evil:x", "request"): ("unrepresentable-header", "event_id"),
+                       ("evil:x", "response"): ("unrepresentable-header", "event_id"),
+                       (second, "x\x1b:request"): ("unrepresentable-header", "direction")}
+    ids = [r.header("WARC-Record-ID") for r in records]
+    assert len(ids) == len(set(ids)) and not any("evil" in i for i in ids)
+    assert all(len(b.detail) < 400 for b in summary.sample)
+
+
+def test_a_ledger_directory_whose_name_would_break_its_record_ids_is_refused(tmp_path: Path) -> None:
+    for name in ("a:b", "a b", "x\u2028capsem-records: 999", "t\x1b]0;x\x07"):
+        directory = tmp_path / name
+        write_blocks_ledger(directory, count=1, size=100)
+        with pytest.raises(LedgerError, match="cannot be part of a WARC record id"):
+            _export(directory, tmp_path / "n.warc.gz")
+        assert not (tmp_path / "n.warc.gz").exists()

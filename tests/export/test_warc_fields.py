@@ -9,6 +9,7 @@ from capsem_core.export.warc_fields import (
     MAX_HEADER_VALUE_BYTES,
     MAX_UNIX_MS,
     header_value,
+    id_part,
     resource_head,
     warc_date_of_ms,
     warc_date_of_text,
@@ -49,9 +50,17 @@ def test_absurd_or_foreign_milliseconds_are_no_date(millis: object) -> None:
     assert warc_date_of_ms(millis) is None
 
 
-@pytest.mark.parametrize("raw", [b"a\rb", b"a\nb", b"\r\n", b"\xff\xfe", b"x" * (MAX_HEADER_VALUE_BYTES + 1)])
-def test_a_header_value_with_a_line_break_or_not_utf8_or_too_long_is_refused(raw: bytes) -> None:
+@pytest.mark.parametrize("raw", [b"a\rb", b"a\nb", b"\r\n", b"\xff\xfe", b"x" * (MAX_HEADER_VALUE_BYTES + 1),
+                                 b"nul\x00", b"tab\t", b"\x1b]0;title\x07", b"del\x7f", "nel\x85".encode(),
+                                 "c1\x9b31m".encode(), "ls\u2028".encode(), "ps\u2029".encode()])
+def test_a_header_value_with_a_control_or_a_line_break_or_not_utf8_or_too_long_is_refused(raw: bytes) -> None:
     assert header_value(raw) is None
+
+
+@pytest.mark.parametrize("raw", [b"evil:x", b"a> <urn:forged", b"x request", b"\x1bx"])
+def test_a_record_id_part_holding_its_separators_or_a_space_is_refused(raw: bytes) -> None:
+    assert id_part(raw) is None
+    assert id_part(b"0000000000aa") == b"0000000000aa" and id_part("caf\u00e9".encode()) == "caf\u00e9".encode()
 
 
 @pytest.mark.parametrize("raw", [b"text/html; charset=utf-8", "caf\u00e9/\u202e".encode(), b"",

@@ -56,10 +56,10 @@ def session_name(ledger: Ledger) -> str:
     """The name the records carry: the ledger directory's name (the session id, or the VM's
     name under run/persistent/). LedgerError when a header cannot carry it."""
     name = ledger.directory.name
-    if fields.text_value(name) is None or not name:
+    if not name or fields.id_part(name.encode("utf-8", "surrogateescape")) is None:
         raise LedgerError("the ledger directory's name cannot be part of a WARC record id (it is empty, holds a "
-                          "line break, is not UTF-8 or is over 64 KiB): copy the ledger under another name",
-                          ledger.directory)
+                          "control character, a line break, ':', '<', '>' or a space, is not UTF-8 or is over "
+                          "64 KiB): copy the ledger under another name", ledger.directory)
     return name
 
 

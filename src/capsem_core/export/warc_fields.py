@@ -8,8 +8,13 @@ unique key, dates in whole UTC seconds, a ``blake3:`` block digest, and ``warcin
 records of ``application/warc-fields`` opening and closing the file.
 
 A header is a line-oriented block: a CR or LF in a value forges the rest of it, so a value
-holding one is refused (the record is skipped and counted), never sanitised. A value must
-also be UTF-8 and at most ``MAX_HEADER_VALUE_BYTES`` long. Nothing here reads a ledger.
+holding one is refused (the record is skipped and counted), never sanitised. So is one
+holding any other control character (WARC's TEXT has none: a reader printing a header would
+hand it to a terminal) or Unicode's other line breaks (NEL, U+2028, U+2029, where a reader
+splitting lines the Unicode way would cut). A value must also be UTF-8 and at most
+``MAX_HEADER_VALUE_BYTES`` long. A record id's parts are joined by ``:`` inside ``<>``, so a
+part holding one of those, or a space, is refused too: two rows could otherwise name one id.
+Nothing here reads a ledger.
 """
 
 from __future__ import annotations
@@ -32,12 +37,16 @@ MAX_HEADER_VALUE_BYTES = 64 << 10
 MAX_UNIX_MS = 253_402_300_799_999
 _LEDGER_TIME = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z")
 _BREAK = re.compile(rb"[\r\n]")
+# C0 controls, DEL, C1 controls (U+0080-U+009F, NEL among them) and U+2028 / U+2029, as the
+# bytes UTF-8 spells them.
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
+_ID_SEPARATOR = re.compile(rb"[:<> ]")
 
 
 def header_value(raw: bytes) -> bytes | None:
-    """``raw`` when a header may carry it (UTF-8, no CR or LF, at most
-    MAX_HEADER_VALUE_BYTES), else None."""
-    if len(raw) > MAX_HEADER_VALUE_BYTES or _BREAK.search(raw):
+    """``raw`` when a header may carry it (UTF-8, no control character or line break, at
+    most MAX_HEADER_VALUE_BYTES), else None."""
+    if len(raw) > MAX_HEADER_VALUE_BYTES or _CONTROL.search(raw):
         return None
     try:
         raw.decode("utf-8")
@@ -82,6 +91,14 @@ def warc_date_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def id_part(raw: bytes) -> bytes | None:
+    """``raw`` when a record id may hold it as one of its parts (a header value holding no
+    ``:``, ``<``, ``>`` or space), else None."""
+    if _ID_SEPARATOR.search(raw):
+        return None
+    return header_value(raw)
+
+
 def record_id(session: bytes, source_table: bytes, event_id: bytes, direction: bytes) -> bytes:
     """A body's record id: ``urn:capsem:{session}:{source_table}:{event_id}:{direction}``,
     the body index's unique key under the session's name (unique across a collection)."""
@@ -123,5 +140,5 @@ def warcinfo_record(session: str, which: str, export_id: str, date: str, fields:
 
 
 __all__ = ["DEFAULT_CONTENT_TYPE", "MAX_HEADER_VALUE_BYTES", "MAX_UNIX_MS", "RECORD_TRAILER", "WARCINFO_CONTENT_TYPE",
-           "header_value", "record_id", "resource_head", "text_value", "warc_date_now", "warc_date_of_ms",
+           "header_value", "id_part", "record_id", "resource_head", "text_value", "warc_date_now", "warc_date_of_ms",
            "warc_date_of_text", "warc_fields", "warcinfo_id", "warcinfo_record"]

@@ -28,6 +28,10 @@ from capsem_core.export.warc_summary import (
 
 KEY_FIELDS = ("event_id", "source_table", "direction")
 _UNSET = object()
+MEMO_VALUE_BYTES = 256
+# A skipped body's detail quotes the value at fault, cut to this many characters: a line on
+# stderr per skipped body, never a megabyte of a hostile value.
+SHOWN_CHARS = 200
 
 
 def column_bytes(column: TextColumn) -> list[bytes | None]:
@@ -39,20 +43,23 @@ def column_bytes(column: TextColumn) -> list[bytes | None]:
 
 
 class Memo:
-    """``header_value`` of values that repeat (tables, directions, content types), each
-    checked once; a bounded memo, so a column of distinct values cannot grow it."""
+    """``check`` (``header_value`` by default) of values that repeat (tables, directions,
+    content types), each checked once; a bounded memo, so a column of distinct values cannot
+    grow it: at most ``limit`` values, each at most ``MEMO_VALUE_BYTES`` long (the values
+    that repeat are short; a hostile column of long ones is checked each time instead)."""
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 4096, check: Callable[[bytes], bytes | None] = fields.header_value) -> None:
         self.seen: dict[bytes, bytes | None] = {}
         self.limit = limit
+        self.check = check
 
     def __call__(self, raw: bytes | None) -> bytes | None:
         if raw is None:
             return None
         got = self.seen.get(raw, _UNSET)
         if got is _UNSET:
-            got = fields.header_value(raw)
-            if len(self.seen) < self.limit:
+            got = self.check(raw)
+            if len(self.seen) < self.limit and len(raw) <= MEMO_VALUE_BYTES:
                 self.seen[raw] = got
         return got  # type: ignore[return-value]
 
@@ -64,7 +71,10 @@ def _text(raw: bytes | None) -> str | None:
 def _shown(value: object) -> str:
     if value is None:
         return "NULL"
-    return repr(value.decode("utf-8", "surrogateescape")) if isinstance(value, bytes) else repr(value)
+    text = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+    if isinstance(text, str) and len(text) > SHOWN_CHARS:
+        return f"{text[:SHOWN_CHARS]!r}... ({len(text):,} characters)"
+    return repr(text)
 
 
 def _date(source: sources.Source, time: object, archived: bytes | None) -> bytes | None:
@@ -95,7 +105,8 @@ class BatchRecords:
         self.faults = {int(f.row_id): f for f in batch.findings if f.row_id is not None}
         # Each row's event_id as its header bytes (None: no record id can carry it), and the
         # first row of each event in its table, for the rows a record id can name.
-        self.named: list[bytes | None] = [fields.header_value(e) if e is not None else None for e in self.event_ids]
+        self.named: list[bytes | None] = [fields.id_part(e) if e is not None else None for e in self.event_ids]
+        self.id_memo = Memo(check=fields.id_part)
         wanted: dict[str, set[str]] = {}
         for raw, table in zip(self.named, self.tables):
             name = None if table is None else _text(table)
@@ -136,12 +147,14 @@ class BatchRecords:
         heads: list[bytes] = []
         kept: list[int] = []
         for k, i in enumerate(range(start, end)):
-            event_id, table, direction = self.named[i], memo(self.tables[i]), memo(self.directions[i])
+            id_memo = self.id_memo
+            event_id, table, direction = self.named[i], id_memo(self.tables[i]), id_memo(self.directions[i])
             if event_id is None or table is None or direction is None:
                 field = KEY_FIELDS[(event_id, table, direction).index(None)]
                 value = (self.event_ids, self.tables, self.directions)[KEY_FIELDS.index(field)][i]
                 self._skip(i, UNREPRESENTABLE_HEADER, f"its {field} {_shown(value)} cannot be part of a record id "
-                           "(NULL, a line break, not UTF-8, or over 64 KiB)", field)
+                           "(NULL, a control character, a line break, ':', '<', '>' or a space, not UTF-8, or "
+                           "over 64 KiB)", field)
                 continue
             name = table.decode("utf-8")
             source = sources.SOURCES.get(name)
@@ -154,8 +167,8 @@ class BatchRecords:
             if uri is None:
                 self._skip(i, UNREPRESENTABLE_URI, "its target URI is NULL" if src.uri_bytes is None else
                            f"its target URI is {src.uri_bytes} bytes, over 64 KiB" if src.uri is None else
-                           f"its target URI {_shown(src.uri)} has a line break a WARC header cannot carry, or is "
-                           "not UTF-8")
+                           f"its target URI {_shown(src.uri)} has a control character or a line break a WARC "
+                           "header cannot carry, or is not UTF-8")
                 continue
             stamp = archived.get(ids[k]) if source.time is None else src.time
             date = _date(source, src.time, archived.get(ids[k]))
@@ -173,8 +186,9 @@ class BatchRecords:
             content_type = self.content_types[i]
             ctype = memo(content_type)
             if content_type is not None and ctype is None:
-                self._skip(i, UNREPRESENTABLE_HEADER, f"its content_type {_shown(content_type)} has a line break a "
-                           "WARC header cannot carry, is not UTF-8 or is over 64 KiB", "content_type")
+                self._skip(i, UNREPRESENTABLE_HEADER, f"its content_type {_shown(content_type)} has a control "
+                           "character or a line break a WARC header cannot carry, is not UTF-8 or is over 64 KiB",
+                           "content_type")
                 continue
             rid = fields.record_id(self.session, table, event_id, direction)
             heads.append(fields.resource_head(rid, uri, date, digests[64 * k:64 * k + 64], truncated[k], ctype,
