@@ -323,7 +323,35 @@ def test_a_task_whose_process_cannot_start_is_counted_not_checked_and_the_others
     answers = run_each(answer_or_crash, [0, 1, 4, 5], jobs=1, on_done=lambda i, a: seen.append(i))
     assert answers[0] == 0 and answers[2:] == [40, 50] and sorted(seen) == [0, 1, 2, 3]
     assert isinstance(answers[1], ProcessDied)
-    assert answers[1].describe() == "its check process could not be started (unexpected EOF); it was not checked"
+    assert answers[1].describe() == (f"its check process could not be started (its fork server, {sys.executable}, "
+                                     "did not answer: unexpected EOF); it was not checked")
+
+
+_UNRUNNABLE = """
+import multiprocessing, sys
+from capsem_core import cli
+
+# As for a user who cannot execute the interpreter, or an interpreter removed mid-run: the
+# fork server's executable cannot be run, so no check process can ever be started.
+multiprocessing.set_executable("/nonexistent/python3")
+sys.exit(cli.main(["check", "--all", "--jobs", "2"]))
+"""
+
+
+def test_check_all_whose_fork_server_cannot_start_reports_each_ledger_not_checked_and_exits_1(
+        tmp_path: Path, heavy_source: Path) -> None:
+    home = fleet_home(tmp_path, heavy_source, heavy=1, sessions=2, damaged=False)
+    env = {**os.environ, "CAPSEM_HOME": str(home.home), "CAPSEM_RUN_DIR": str(home.home / "run"), "NO_COLOR": "1"}
+    # (The timeout only keeps a regression, which waits forever, from stalling the suite.)
+    done = subprocess.run([sys.executable, "-c", _UNRUNNABLE], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    ledgers = discover_home(home.home).ledgers
+    assert len(ledgers) >= 3 and f"{len(ledgers)} unreadable" in done.stdout
+    for ledger in ledgers:
+        assert (f"{ledger.db_path}: its check process could not be started (its fork server, "
+                f"/nonexistent/python3, did not answer: ") in done.stdout
+    assert "Traceback" not in done.stderr
 
 
 _BROKEN_HELPER = """

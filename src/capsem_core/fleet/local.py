@@ -93,6 +93,14 @@ def _child(conn: Connection, fn: Callable[[Any], Any], arg: Any, threads: int) -
     os._exit(0)
 
 
+def _not_started(exc: BaseException) -> str:
+    """Why a start failed, naming the interpreter the fork server runs: the usual cause of a
+    server that never answers is an executable this user cannot run (or that is gone)."""
+    from multiprocessing import spawn
+
+    return f"its fork server, {os.fsdecode(spawn.get_executable())}, did not answer: {str(exc) or type(exc).__name__}"
+
+
 @dataclass(slots=True)
 class _Running(Generic[T]):
     index: int
@@ -140,12 +148,16 @@ def run_each(fn: Callable[[T], R], args: Sequence[T], *, jobs: int,
                     # counted as not checked; the next start launches a fresh server.
                     parent_end.close()
                     child_end.close()
-                    out[i] = ProcessDied(None, str(exc) or type(exc).__name__)
+                    out[i] = ProcessDied(None, _not_started(exc))
                     if on_done is not None:
                         on_done(i, out[i])   # type: ignore[arg-type]
                     continue
                 child_end.close()  # the child holds the only writer: EOF when it dies
                 running[i] = _Running(i, process, parent_end)
+            if not running:
+                # Every start left failed (a fork server that cannot start fails each one):
+                # there is nothing to wait for, and waiting on nothing never returns.
+                continue
             waitable: list[Any] = [r.conn for r in running.values()]
             ready = multiprocessing.connection.wait(waitable)
             for run in [r for r in list(running.values()) if r.conn in ready]:
