@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Signal handlers belong to the main thread (a test may call main from another).
         on_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _terminated_early) if on_main else None
+        from capsem_core.cli import streams
+
+        streams.fill_closed()   # before any file is opened: none may become stdout or stderr
         from capsem_core.cli import app, startup
 
         if program:

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
-from capsem_core.cli import startup
+from capsem_core.cli import startup, streams
 from capsem_core.cli.errors import Terminated, UsageError, interrupted
 from capsem_core.cli.terminal import sanitize
 
@@ -128,6 +128,18 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # Help is output asked for: one that cannot be written (stdout closed or full) is a
+        # failure main() words, not argparse's silent exit 0. Usage errors on stderr stay
+        # best effort, as argparse has them.
+        if not message:
+            return
+        if file is None or file is sys.stdout:
+            sys.stdout.write(message)
+            sys.stdout.flush()
+            return
+        super()._print_message(message, file)
+
     def error(self, message: str) -> NoReturn:
         if _Parser.json_wanted:
             _write_json_error(self.prog.removeprefix("capsem-ledger").strip() or None, message, 2)
@@ -164,6 +176,12 @@ def build_parser(chosen: str | None = None, *, every: bool = False) -> argparse.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Standard streams closed or failing are dealt with here, once, for every command.
+    with streams.guarded():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     previous: Any = None
     try:
@@ -182,7 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (Handlers belong to the main thread; a caller on another thread keeps its own.)
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, _raise_terminated)
-        return int(args._run(args))
+        code = int(args._run(args))
+        sys.stdout.flush()   # here, so a failure of what is still buffered is said as any other
+        return code
     except UsageError as exc:
         if args is None:
             raise
@@ -192,11 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, str(exc), exc.path)
     except BrokenPipeError as exc:
         if _stdout_gone():
+            streams.discard_stdout()
             return 0   # the reader of our output went away (`| head`): nothing more to say
         return _fail(args, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", exc.filename)
     except OSError as exc:
         # An I/O failure no module turned into a LedgerError still gets one line naming the file.
         where = f"{exc.filename}: " if exc.filename is not None else ""
+        if streams.failed_on_stdout(exc):
+            streams.discard_stdout()
+            return _fail(args, f"{where}{exc.strerror or exc}")
         return _fail(args, f"{where}{exc.strerror or exc}", exc.filename)
     except KeyboardInterrupt:
         print(f"{_who(args)}: interrupted", file=sys.stderr)

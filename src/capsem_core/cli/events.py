@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO
 
-from capsem_core.cli import events_file, startup
+from capsem_core.cli import events_file, startup, streams
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
@@ -212,6 +212,8 @@ def _deliver(out: TextIO, lines: list[str], done: list[int]) -> None:
     try:
         while sent < len(data):
             sent += os.write(fd, data[sent:sent + _WRITE_CHUNK])
+    except OSError as exc:
+        raise streams.named(exc)   # (out is stdout) a disk that fills says which file it was
     finally:
         done[0] = bisect.bisect_right(ends, sent)
 
