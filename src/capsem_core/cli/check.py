@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if args.all:
         return fleet.run(args, options=_verify_options(args))
     fleet.refuse_fleet_options(args)
+    # Before anything is printed (the recent sessions below): a usage error comes alone.
+    options = _verify_options(args)
 
     route: SessionRoute | None = None  # --db: no home, so main.db's totals are not compared
     if args.db is not None:
@@ -104,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
         db_path = ref.db_path
         route = SessionRoute(main_db, ref.id)
 
-    options = _verify_options(args)
     refuse_symlinks(Path(db_path), archive=True)
     bar = VerifyProgressBar() if args.verify_bodies and sys.stderr.isatty() else None
     try:
