@@ -218,6 +218,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as exc:
         # An I/O failure no module turned into a LedgerError still gets one line naming the file.
         where = f"{exc.filename}: " if exc.filename is not None else ""
+        if exc.filename is None and isinstance(exc, FileNotFoundError) and _cwd_removed():
+            # os.getcwd() failed making a relative path absolute: the error names no path.
+            return _fail(args, "the current directory was removed: a relative path names nothing")
         if streams.failed_on_stdout(exc):
             streams.discard_stdout()
             return _fail(args, f"{where}{exc.strerror or exc}")
@@ -238,6 +241,16 @@ def _main(argv: Sequence[str] | None) -> int:
         startup.loaded()   # whatever the command did not say
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _cwd_removed() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 def _stdout_gone() -> bool:
