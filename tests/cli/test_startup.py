@@ -105,7 +105,8 @@ print(code, ",".join(m for m in heavy if m in sys.modules))
 """
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list"], ["check", "--help"], ["list", "--json"]])
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list"], ["list", "--json"],
+                                  *([name, "--help"] for name in ("body", "check", "export", "list", "rollup"))])
 def test_version_help_and_list_load_neither_numpy_nor_the_check_package(argv: list[str], tmp_path: Path) -> None:
     env = dict(os.environ, CAPSEM_HOME=str(tmp_path))   # list: no main.db there, one line, exit 1
     done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=60, env=env)

@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from capsem_core.snapshot import refuse_symlinks
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, output_argument, text_argument
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.errors import LedgerError
-from capsem_core.ledger import Ledger
 from capsem_core.outputs import STDOUT, write_output
 
 
@@ -50,6 +48,10 @@ def _write_stdout(data: bytes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Loaded here, not with the parser: body --help reads no ledger (and loads no numpy).
+    from capsem_core.ledger import Ledger
+    from capsem_core.snapshot import refuse_symlinks
+
     db_path = ledger_target(args)
     refuse_symlinks(db_path, archive=True)
     with Ledger(db_path, block_cache_bytes=0) as ledger:

@@ -19,9 +19,7 @@ from capsem_core.cli.arguments import ledger_target
 from capsem_core.cli.terminal import sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.export import SkippedBody, WarcSummary
-from capsem_core.ledger import Ledger
 from capsem_core.outputs import STDOUT
-from capsem_core.snapshot import refuse_symlinks
 
 DEFAULT_LEVEL = 6
 
@@ -43,6 +41,10 @@ def totals_line(summary: WarcSummary, out: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Loaded here, not with the parser: export --help reads no ledger (and loads no numpy).
+    from capsem_core.ledger import Ledger
+    from capsem_core.snapshot import refuse_symlinks
+
     out = os.fspath(args.warc)   # its name checked by the parser, before the ledger is read
     if out == STDOUT and sys.stdout.isatty():
         raise LedgerError("a gzip WARC is not written to a terminal: redirect stdout or name a file")
