@@ -119,18 +119,25 @@ def _direction_key(direction: str) -> tuple[int, str]:
 # Rows read from each table at first: most pages take few rows of most tables; a table the
 # merge runs short of is read again with four times as many (up to the page's size).
 FIRST_READ = 64
+# A read of a table also stops once its values hold its byte budget (Source.rows reads at
+# least one row): at first its share of PAGE_BYTES, then four times the bytes it read when the
+# merge took them all and wants more (all taken means fewer than PAGE_BYTES, so the new read
+# reaches further). Each budget is at most four times what the page delivers of its table, so a
+# page holds a few times PAGE_BYTES and a row per table at most, whatever the ledger holds.
+READ_GROWTH = 4
 
 
 @dataclass(slots=True)
 class _Taken:
-    """One table's rows of a page: the rows read after its position (``limit`` asked for),
-    their merge keys and sizes, and how many the merge took (a prefix: a table's rows are
-    delivered in id order)."""
+    """One table's rows of a page: the rows read after its position (``limit`` rows and
+    ``budget`` bytes asked for), their merge keys and sizes, and how many the merge took (a
+    prefix: a table's rows are delivered in id order)."""
 
     table: EventTable
     plan: TablePlan
     after: int
     limit: int
+    budget: int
     rows: _columns.Rows
     ids: np.ndarray
     keys: np.ndarray
@@ -139,7 +146,13 @@ class _Taken:
 
     @property
     def more(self) -> bool:
-        return len(self.rows) == self.limit
+        return len(self.rows) == self.limit or self.rows.nbytes >= self.budget
+
+    def again(self, size: int) -> tuple[int, int]:
+        """The limit and budget of the next read of a table the merge took all of."""
+        limit = min(size, READ_GROWTH * self.limit) if len(self.rows) == self.limit else self.limit
+        full = self.rows.nbytes >= self.budget
+        return limit, min(PAGE_BYTES, READ_GROWTH * self.rows.nbytes) if full else self.budget
 
 
 class EventReader:
@@ -190,9 +203,6 @@ class EventReader:
             self._source.begin()
             try:
                 return self._read(chosen, marks, size)
-            except ValueError as exc:  # a value past ROW_BYTES (Source.rows' bound)
-                raise LedgerError(f"an event row holds a value larger than the {ROW_BYTES >> 20} MiB an events "
-                                  f"page takes ({exc})", self.db_path) from None
             finally:
                 self._source.end()
 
@@ -219,10 +229,11 @@ class EventReader:
         self._source.use_map(file)
         mapped = file is not None
         taken: list[_Taken] = []
+        share = max(PAGE_BYTES // len(chosen), 1)
         for t in chosen:
             after_id = marks[t.name].position if t.name in marks else 0
             if after_id < latest[t.name]:
-                x = self._read_table(t, after_id, min(size, FIRST_READ), mapped)
+                x = self._read_table(t, after_id, min(size, FIRST_READ), share, mapped)
                 if len(x.rows):
                     taken.append(x)
         while True:
@@ -232,33 +243,38 @@ class EventReader:
             if short < 0:
                 break
             x = taken[short]
-            taken[short] = self._read_table(x.table, x.after, min(size, 4 * x.limit), mapped)
+            taken[short] = self._read_table(x.table, x.after, *x.again(size), mapped)
         for k, x in enumerate(taken):
             x.count = int(np.count_nonzero(which == k))
         return self._finish(chosen, marks, latest, taken, which.tolist(), positions.tolist())
 
-    def _read_table(self, t: EventTable, after_id: int, limit: int, mapped: bool) -> _Taken:
+    def _read_table(self, t: EventTable, after_id: int, limit: int, budget: int, mapped: bool) -> _Taken:
         shape = self._shape(t)
-        rows = self._rows(shape, after_id, limit, mapped)
-        return _Taken(t, shape, after_id, limit, rows, rows.rowid, self._time_keys(t, shape, rows), rows.sizes())
+        rows = self._rows(shape, after_id, limit, mapped, budget)
+        ids, keys, sizes = rows.rowid, self._time_keys(t, shape, rows), rows.sizes()
+        if rows.too_large:
+            raise LedgerError(f"an event row holds a value larger than the {ROW_BYTES >> 20} MiB an events page "
+                              "takes", self.db_path)
+        return _Taken(t, shape, after_id, limit, budget, rows, ids, keys, sizes)
 
-    def _rows(self, shape: TablePlan, after_id: int, size: int, mapped: bool) -> _columns.Rows:
+    def _rows(self, shape: TablePlan, after_id: int, size: int, mapped: bool, budget: int = 0) -> _columns.Rows:
+        """Up to ``size`` rows after ``after_id``, fewer once their values hold ``budget`` bytes
+        (0: no bound but the rows')."""
         columns = shape.columns
         rows = None
         if mapped and shape.pages and shape.root is not None:
-            rows = self._source.rows(size, max_value=ROW_BYTES, records=[c.record for c in columns],
+            rows = self._source.rows(size, max_value=ROW_BYTES, max_bytes=budget, records=[c.record for c in columns],
                                      reals=[c.real for c in columns], root=shape.root, after=after_id)
         if rows is None:  # no map, or pages not as SQLite writes them: SQLite's statement
-            rows = self._source.rows(size, max_value=ROW_BYTES, sql=shape.select_sql(True, limit=True),
-                                     params=(after_id, size), utf8_db=self._utf8, ncols=len(columns))
+            rows = self._source.rows(size, max_value=ROW_BYTES, max_bytes=budget,
+                                     sql=shape.select_sql(True, limit=True), params=(after_id, size),
+                                     utf8_db=self._utf8, ncols=len(columns))
         assert rows is not None
         return rows
 
     @staticmethod
-    def _time_keys(t: EventTable, shape: TablePlan, rows: _columns.Rows) -> np.ndarray:
-        """Each row's merge key: its time in microseconds; a row whose time cannot be read
-        keeps the key of the row before it in its table (0 before the first)."""
-        at = [c.name for c in shape.columns].index(t.time_column)
+    def _read_times(t: EventTable, at: int, rows: _columns.Rows) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's time (column ``at``) in microseconds, and whether it could be read."""
         keys, read = rows.time_keys(at, t.time_is_ms)
         if not t.time_is_ms:
             for i in np.flatnonzero(~read).tolist():
@@ -266,6 +282,13 @@ class EventReader:
                 if us is not None:
                     keys[i] = min(max(us, -(1 << 63)), (1 << 63) - 1)
                     read[i] = True
+        return keys, read
+
+    @classmethod
+    def _time_keys(cls, t: EventTable, shape: TablePlan, rows: _columns.Rows) -> np.ndarray:
+        """Each row's merge key: its time in microseconds; a row whose time cannot be read
+        keeps the key of the row before it in its table (0 before the first)."""
+        keys, read = cls._read_times(t, [c.name for c in shape.columns].index(t.time_column), rows)
         if not read.all():
             index = np.where(read, np.arange(len(keys)), -1)
             np.maximum.accumulate(index, out=index)

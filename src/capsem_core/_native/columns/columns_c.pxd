@@ -122,7 +122,9 @@ cdef extern from "scan_pages.h" nogil:
         int64_t *rowid
         cs_item *items
         uint8_t *arena
+        uint64_t arena_len
         uint64_t max_value
+        uint64_t max_bytes
     void cs_rows_free(cs_rows *r)
     int cs_pages_rows(const cs_pages *s, int64_t limit, cs_rows *out)
 

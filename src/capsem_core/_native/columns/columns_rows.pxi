@@ -3,16 +3,23 @@
 
 cdef class Rows:
     """Rows read by ``Source.rows``: ``rowid`` (int64 array) and each row's values as Python
-    objects on demand (text as str, text that is not UTF-8 with surrogate escapes)."""
+    objects on demand (text as str, text that is not UTF-8 with surrogate escapes).
+    ``too_large``: the read stopped before a row holding a value past its ``max_value``."""
 
     cdef cs_rows rows
     cdef readonly int ncols
+    cdef readonly bint too_large
 
     def __dealloc__(self):
         cs_rows_free(&self.rows)
 
     def __len__(self):
         return self.rows.n
+
+    @property
+    def nbytes(self):
+        """The bytes of text and blob values read (what ``max_bytes`` bounds)."""
+        return self.rows.arena_len
 
     @property
     def rowid(self):

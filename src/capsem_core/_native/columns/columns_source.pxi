@@ -222,16 +222,18 @@ cdef class Source:
             self.lent = 1
         return out
 
-    def rows(self, int64_t limit, *, int64_t max_value, sql=None, tuple params=(), bint utf8_db=True,
-             records=None, reals=None, int64_t root=0, after=None, int ncols=0):
+    def rows(self, int64_t limit, *, int64_t max_value, int64_t max_bytes=0, sql=None, tuple params=(),
+             bint utf8_db=True, records=None, reals=None, int64_t root=0, after=None, int ncols=0):
         """Up to ``limit`` rows as ``Rows``: from the mapped pages (``records``, ``reals``,
         ``root``, ``after``: as ``Stream.plan_pages``; None when the pages are not as SQLite
         writes them) or, with ``sql``, by stepping the statement (its result columns the
-        chosen ones and, last, the rowid). A TEXT or BLOB longer than ``max_value`` bytes
-        raises ValueError."""
+        chosen ones and, last, the rowid). With ``max_bytes`` no row is read once the values
+        read hold that many bytes (the first always is). The read stops before a row with a
+        TEXT or BLOB longer than ``max_value`` bytes: the rows before it, ``too_large`` set."""
         self._usable()
         cdef Rows out = Rows.__new__(Rows)
         out.rows.max_value = max_value
+        out.rows.max_bytes = max_bytes if max_bytes > 0 else 0
         cdef char err[256]
         err[0] = 0
         cdef int rc
@@ -253,8 +255,8 @@ cdef class Source:
             finally:
                 sqlite3_finalize(st)
             if rc == SQLITE_TOOBIG:
-                raise ValueError(err.decode("utf-8", "replace"))
-            if rc != SQLITE_OK:
+                out.too_large = True
+            elif rc != SQLITE_OK:
                 raise _read_error(self.path, err.decode("utf-8", "replace"))
             return out
         if self.src.map == NULL:
@@ -286,7 +288,8 @@ cdef class Source:
                 if rc == CS_OK:
                     rc = cs_pages_rows(&pages, limit, &out.rows)
             if rc == CS_TOO_LARGE:
-                raise ValueError(f"a value longer than {max_value} bytes")
+                out.too_large = True
+                return out
             if rc == CS_NO_MEMORY:
                 raise MemoryError()
             if rc != CS_OK:

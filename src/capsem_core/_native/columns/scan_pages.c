@@ -347,11 +347,11 @@ static int rows_range(void *arg) {
     int rc = cs_reader_init(&r, s);
     int64_t prev = 0;
     int have_prev = 0;
-    for (size_t li = 0; li < s->nleaves && rc == CS_OK && out->n < j->limit; li++) {
+    for (size_t li = 0; li < s->nleaves && rc == CS_OK && !cs_rows_full(out, j->limit); li++) {
         const uint8_t *page;
         uint32_t ncell;
         if ((rc = cs_leaf_cells(&r, li, &page, &ncell)) != CS_OK) break;
-        for (uint32_t i = 0; i < ncell && rc == CS_OK && out->n < j->limit; i++) {
+        for (uint32_t i = 0; i < ncell && rc == CS_OK && !cs_rows_full(out, j->limit); i++) {
             int64_t rowid;
             payload p;
             if ((rc = cs_leaf_row(&r, li, page, i, &prev, &have_prev, &rowid, &p)) != CS_OK) break;

@@ -59,8 +59,16 @@ typedef struct {
     uint8_t *arena;
     uint64_t arena_len, arena_cap;
     int64_t cap;
-    uint64_t max_value; /* a TEXT / BLOB longer than this fails with CS_TOO_LARGE */
+    uint64_t max_value; /* a TEXT / BLOB longer than this fails with CS_TOO_LARGE (the rows
+                         * before it kept) */
+    uint64_t max_bytes; /* > 0: no row is read once the values read hold this many bytes (the
+                         * first always is): what a read holds, not only each value, is bounded */
 } cs_rows;
+
+/* Whether `r` takes no further row: `limit` rows, or its byte budget reached. */
+static inline int cs_rows_full(const cs_rows *r, int64_t limit) {
+    return r->n >= limit || (r->max_bytes && r->n > 0 && r->arena_len >= r->max_bytes);
+}
 
 int cs_rows_reserve(cs_rows *r, size_t ncols, int64_t rows);
 uint8_t *cs_rows_bytes(cs_rows *r, uint32_t len, uint64_t *at);

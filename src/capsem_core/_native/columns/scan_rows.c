@@ -130,7 +130,7 @@ int cs_rows_read(sqlite3_stmt *st, size_t ncols, int utf8_db, int64_t limit, cs_
     out->n = 0;
     out->arena_len = 0;
     int rc = SQLITE_OK;
-    while (out->n < limit) {
+    while (!cs_rows_full(out, limit)) {
         int step = sqlite3_step(st);
         if (step == SQLITE_DONE) break;
         if (step != SQLITE_ROW) {

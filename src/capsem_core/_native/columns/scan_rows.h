@@ -31,7 +31,8 @@ int cs_rows_fill(sqlite3_stmt *st, size_t ncols, const cs_layout *lays, int utf8
                  int64_t batch_bytes, struct ArrowArray *out, int64_t *rows, int64_t *last_rowid, int *done,
                  volatile const int *cancel, char *err, size_t errlen);
 
-/* Up to `limit` rows as row-major values (a page of events). CS_TOO_LARGE as SQLITE_TOOBIG. */
+/* Up to `limit` rows as row-major values (a page of events), fewer once out->max_bytes are
+ * read. CS_TOO_LARGE as SQLITE_TOOBIG, the rows before the value's row kept. */
 int cs_rows_read(sqlite3_stmt *st, size_t ncols, int utf8_db, int64_t limit, cs_rows *out, char *err,
                  size_t errlen);
 
