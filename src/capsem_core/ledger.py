@@ -401,8 +401,10 @@ class Ledger:
         of the chosen tables is delivered exactly once, in id order per table; within a page
         tables are merged by time. Raises CursorError for a cursor that is not one, was
         edited, is of another ledger or stands past the ledger's last row; ValueError for a
-        table that is not an event table; LedgerError when session.db cannot be read or the
-        ledger is closed. Costs a few indexed lookups per table plus the rows delivered.
+        table that is not an event table; LedgerError when session.db cannot be read, the
+        ledger is closed, or the page would begin with a row holding a value larger than 32
+        MiB (the pages before it end just before it, so every event before it is delivered).
+        Costs a few indexed lookups per table plus the rows delivered.
         """
         return self._event_reader().page(tables, after, limit)
 

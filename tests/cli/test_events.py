@@ -20,7 +20,7 @@ from capsem_core.sample import write_sample_home
 from tests.check.test_check_terminal import (
     ALL, HOSTILE, assert_terminal_safe, run_on_a_terminal, write_hostile_ledger,
 )
-from tests.events.ledgers import all_rows, write_mixed
+from tests.events.ledgers import all_rows, event_id, write_mixed
 
 
 def _cli(*args: str) -> list[str]:
@@ -157,6 +157,24 @@ def test_values_json_has_no_words_for_are_written_as_tagged_text(tmp_path: Path)
     conn.close()
     (fs,) = [g for g in _jsonl(_run("--db", str(tmp_path), "--jsonl").stdout) if g["table"] == "fs_events"]
     assert fs["row"]["path"] == {"base64": "AP8="} and fs["row"]["size"] == "inf"  # type: ignore[index]
+
+
+def test_a_row_too_large_for_a_page_prints_the_events_before_it_their_cursor_then_one_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    write_mixed(tmp_path, 30)
+    conn = sqlite3.connect(tmp_path / "session.db", isolation_level=None)
+    # Row 5 of fs_events, the ledger's 14th event, holds more than the 32 MiB a page takes.
+    conn.execute("UPDATE fs_events SET path = ? WHERE id = 5", ("x" * (33 << 20),))
+    conn.close()
+    done = _run("--db", str(tmp_path), "--jsonl")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert [g["event_id"] for g in _jsonl(done.stdout)] == [event_id(i) for i in range(13)]
+    cursor_line, error = done.stderr.splitlines()
+    assert cursor_line.startswith("cursor: ev1.")
+    assert str(tmp_path / "session.db") in error and "row 5 of fs_events" in error
+    again = _run("--db", str(tmp_path), "--jsonl", "--after", _cursor(done.stderr))
+    assert again.returncode == 1 and again.stdout == "" and again.stderr.splitlines() == [error]
 
 
 @pytest.mark.parametrize("args, code, words", [

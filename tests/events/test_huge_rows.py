@@ -1,5 +1,6 @@
 """Pages of events over huge rows: a page's reads stop at a byte budget whatever the rows hold,
-and reads cut by bytes still deliver every row once and in time order."""
+reads cut by bytes still deliver every row once and in time order, and a row holding a value too
+large for a page ends the pages before it, the page that reaches it failing with its name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from capsem_core.errors import LedgerError
 from capsem_core.events import reader as R
 from capsem_core.ledger import Ledger
 from capsem_core.writer import LedgerWriter
@@ -101,3 +103,36 @@ def test_reads_cut_by_bytes_deliver_every_row_once_in_time_order(tmp_path: Path,
                 break
     assert order == [event_id(i) for i in range(300)]
     assert pages > 10   # the budget did cut the pages
+
+
+@pytest.mark.parametrize("page_scans", PATHS)
+@pytest.mark.parametrize("column, before", [
+    pytest.param("path", 13, id="its-time-read"),
+    # A time too large to read stands where the row before it in its table does.
+    pytest.param("timestamp", 11, id="its-time-too-large"),
+])
+def test_a_row_too_large_for_a_page_ends_the_pages_before_it_and_the_next_fails_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page_scans: str, column: str, before: int) -> None:
+    monkeypatch.setenv("CAPSEM_CORE_PAGE_SCANS", page_scans)
+    write_mixed(tmp_path, 30)
+    # Row 5 of fs_events is the ledger's 14th event (rows round robin over three tables).
+    _poke(tmp_path, f"UPDATE fs_events SET {column} = ? WHERE id = 5", ("x" * (2 * MiB),))
+    monkeypatch.setattr(R, "ROW_BYTES", MiB)
+    delivered: list[str] = []
+    after = "start"
+    with Ledger(tmp_path) as ledger:
+        with pytest.raises(LedgerError, match="row 5 of fs_events holds a value larger than the 1 MiB an events "
+                                              "page takes") as caught:
+            while True:
+                page = ledger.events(after=after, limit=4)
+                delivered += [e.event_id for e in page.events]
+                after = page.cursor
+                assert not page.caught_up
+        assert caught.value.path == tmp_path / "session.db"
+        # Every event before it, of every table, and nothing after it.
+        assert delivered == [event_id(i) for i in range(before)]
+        # The page that reaches it fails again: it is never skipped.
+        with pytest.raises(LedgerError, match="row 5 of fs_events"):
+            ledger.events(after=after)
+        # The other tables still read on their own.
+        assert len(ledger.events(["net_events"], limit=100).events) == 10

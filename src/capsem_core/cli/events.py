@@ -8,8 +8,9 @@ When it ends it prints ``cursor: <cursor>`` on stderr; ``--after <cursor>`` resu
 after the last event printed. Without ``--follow`` it stops once it has caught up with what
 was committed; with it, it polls until Ctrl-C or SIGTERM and then exits 0. A second signal
 interrupts at once (exit 130 or 143, the cursor still printed for what was written). A
-closed pipe ends it quietly. ``--table T --format parquet|arrow -o FILE`` writes one table's
-rows as a file instead (``events_file``).
+page that cannot be read (a row too large for one) ends it after the events before it: their
+cursor, then the error's one line (exit 1). A closed pipe ends it quietly. ``--table T --format
+parquet|arrow -o FILE`` writes one table's rows as a file instead (``events_file``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from capsem_core.cli import events_file, startup, streams
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
+from capsem_core.errors import LedgerError
 from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, Event, EventPage, choose_tables
 from capsem_core.ledger import Ledger
 from capsem_core.outputs import quiet_stdout
@@ -124,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated):
         state.report()
         raise
+    except LedgerError:
+        # A page that cannot be read (a row too large for one) ends the run after the events
+        # before it: their cursor goes out first, then the error's one line.
+        if state.paged:
+            state.report()
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -168,6 +176,7 @@ class _Progress:
     def __init__(self, after: str, out: TextIO) -> None:
         self.cursor: str | None = None if after in ("start", "latest") else after
         self.printed = 0
+        self.paged = False
         self.out = out
 
     def print_page(self, page: EventPage, printer: _JsonLines | _Lines, limit: int | None) -> None:
@@ -179,6 +188,7 @@ class _Progress:
             _deliver(self.out, [printer.line(event) for event in events], done)
         finally:
             written = done[0]
+            self.paged = True
             self.printed += written
             self.cursor = page.cursor_at(written) if written < len(page.events) else page.cursor
 

@@ -33,7 +33,7 @@ import numpy as np
 from capsem_core import schema
 from capsem_core._native import _columns
 from capsem_core.columns import cursor as scan_cursor
-from capsem_core.columns.plan import TablePlan, plan_table
+from capsem_core.columns.plan import TablePlan, plan_table, quote
 from capsem_core.columns.source import HeldFile, open_source
 from capsem_core.errors import LedgerError
 from capsem_core.events import cursor as _cursor
@@ -44,7 +44,8 @@ from capsem_core.writer.rows import Stamper
 MIN_LIMIT = 1
 MAX_LIMIT = 1000
 # A page also ends once the values it delivers pass this many bytes (after its first event),
-# and no single value may be larger: a hostile ledger's huge rows cannot size the memory.
+# and no single value may be larger: a hostile ledger's huge rows cannot size the memory. A
+# page ends before a row holding a larger value; the page that would start with it fails.
 PAGE_BYTES = 32 << 20
 ROW_BYTES = 32 << 20
 DEFAULT_POLL_S = 0.05
@@ -131,7 +132,9 @@ READ_GROWTH = 4
 class _Taken:
     """One table's rows of a page: the rows read after its position (``limit`` rows and
     ``budget`` bytes asked for), their merge keys and sizes, and how many the merge took (a
-    prefix: a table's rows are delivered in id order)."""
+    prefix: a table's rows are delivered in id order). ``blocked`` is the id of a row the read
+    stopped before, holding a value past ROW_BYTES (0 for none): it stands last in ``ids``,
+    ``keys`` and ``sizes``, sized to end the merge where it is taken."""
 
     table: EventTable
     plan: TablePlan
@@ -142,11 +145,12 @@ class _Taken:
     ids: np.ndarray
     keys: np.ndarray
     sizes: np.ndarray
+    blocked: int = 0
     count: int = 0
 
     @property
     def more(self) -> bool:
-        return len(self.rows) == self.limit or self.rows.nbytes >= self.budget
+        return not self.blocked and (len(self.rows) == self.limit or self.rows.nbytes >= self.budget)
 
     def again(self, size: int) -> tuple[int, int]:
         """The limit and budget of the next read of a table the merge took all of."""
@@ -234,7 +238,7 @@ class EventReader:
             after_id = marks[t.name].position if t.name in marks else 0
             if after_id < latest[t.name]:
                 x = self._read_table(t, after_id, min(size, FIRST_READ), share, mapped)
-                if len(x.rows):
+                if len(x.ids):
                     taken.append(x)
         while True:
             which, positions, short = _columns.merge_heads(
@@ -244,6 +248,14 @@ class EventReader:
                 break
             x = taken[short]
             taken[short] = self._read_table(x.table, x.after, *x.again(size), mapped)
+        if len(which) and positions[-1] == len(taken[which[-1]].rows):
+            # The merge reached a row it cannot deliver: the page ends before it, and the
+            # page that would start with it fails, naming it.
+            x = taken[which[-1]]
+            which, positions = which[:-1], positions[:-1]
+            if not len(which):
+                raise LedgerError(f"row {x.blocked} of {x.table.name} holds a value larger than the "
+                                  f"{ROW_BYTES >> 20} MiB an events page takes", self.db_path)
         for k, x in enumerate(taken):
             x.count = int(np.count_nonzero(which == k))
         return self._finish(chosen, marks, latest, taken, which.tolist(), positions.tolist())
@@ -252,10 +264,28 @@ class EventReader:
         shape = self._shape(t)
         rows = self._rows(shape, after_id, limit, mapped, budget)
         ids, keys, sizes = rows.rowid, self._time_keys(t, shape, rows), rows.sizes()
-        if rows.too_large:
-            raise LedgerError(f"an event row holds a value larger than the {ROW_BYTES >> 20} MiB an events page "
-                              "takes", self.db_path)
-        return _Taken(t, shape, after_id, limit, budget, rows, ids, keys, sizes)
+        if not rows.too_large:
+            return _Taken(t, shape, after_id, limit, budget, rows, ids, keys, sizes)
+        blocked, key = self._blocked(t, int(ids[-1]) if len(ids) else after_id, int(keys[-1]) if len(keys) else 0)
+        return _Taken(t, shape, after_id, limit, budget, rows, np.append(ids, blocked), np.append(keys, key),
+                      np.append(sizes, PAGE_BYTES), blocked)
+
+    def _blocked(self, t: EventTable, last: int, last_key: int) -> tuple[int, int]:
+        """The id and merge key of the row after ``last``, one a read stopped before: its
+        time read alone (so the other tables' events before it are delivered), else the key
+        of the row before it, as for any time that cannot be read."""
+        found = self._source.fetch(f"SELECT id FROM {t.name} WHERE id > ? ORDER BY id LIMIT 1", (last,))
+        if not found or type(found[0][0]) is not int:
+            raise LedgerError(f"the rows of {t.name} after row {last} cannot be read", self.db_path)
+        blocked = found[0][0]
+        when = self._source.rows(1, max_value=ROW_BYTES, sql=f"SELECT {quote(t.time_column)}, id FROM {t.name} "
+                                 "WHERE id = ?", params=(blocked,), utf8_db=self._utf8, ncols=1)
+        assert when is not None
+        if len(when) and not when.too_large:
+            keys, read = self._read_times(t, 0, when)
+            if read[0]:
+                return blocked, int(keys[0])
+        return blocked, last_key
 
     def _rows(self, shape: TablePlan, after_id: int, size: int, mapped: bool, budget: int = 0) -> _columns.Rows:
         """Up to ``size`` rows after ``after_id``, fewer once their values hold ``budget`` bytes
