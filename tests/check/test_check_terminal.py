@@ -297,3 +297,13 @@ def test_text_that_is_not_utf8_gives_a_report_never_an_error(hostile: Path) -> N
     assert proc.returncode == 1 and proc.stderr == "", proc.stderr
     assert_terminal_safe(proc.stdout, colour=False)
     assert "tool\\udcff" in proc.stdout or "tool\\xff" in proc.stdout
+
+
+def test_text_output_escapes_what_the_output_encoding_cannot_hold(tmp_path: Path) -> None:
+    # A session directory's name is a string the report shows; é is printable, so the
+    # sanitizer keeps it, and an ASCII stdout must escape it rather than fail.
+    db = write_hostile_ledger(tmp_path / "s\u00e9ss")
+    utf8 = _run(db, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    done = _run(db, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert "Traceback" not in done.stderr and done.returncode == utf8.returncode, done.stderr
+    assert done.stdout.isascii() and "s\\xe9ss" in done.stdout and "s\u00e9ss" in utf8.stdout

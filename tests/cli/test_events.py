@@ -177,6 +177,19 @@ def test_a_row_too_large_for_a_page_prints_the_events_before_it_their_cursor_the
     assert again.returncode == 1 and again.stdout == "" and again.stderr.splitlines() == [error]
 
 
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}])
+def test_lines_escape_what_the_output_encoding_cannot_hold(tmp_path: Path, env: dict[str, str | None]) -> None:
+    from capsem_core.writer import LedgerWriter
+
+    with LedgerWriter(tmp_path) as writer:
+        writer.insert("dns_events", {"event_id": "0000000000ff", "timestamp": "2026-01-01T00:00:09.000000Z",
+                                     "qname": "caf\u00e9.\u4e2d\u6587", "qtype": 1, "qclass": 1, "rcode": 0,
+                                     "decision": "allowed"})
+    done = _run("--db", str(tmp_path), "--table", "dns_events", env={"PYTHONIOENCODING": None, **env})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "qname=caf\\xe9.\\u4e2d\\u6587" in done.stdout
+
+
 @pytest.mark.parametrize("args, code, words", [
     (("--after", "ev1.AAAAAAAAAAAAAAAAAAAAAAAA"), 1, "integrity check"),
     (("--after", "yesterday"), 1, "starts with 'ev1.'"),

@@ -26,7 +26,7 @@ from typing import Any, NoReturn, TextIO
 from capsem_core.errors import LedgerError
 from capsem_core.cli import startup, streams
 from capsem_core.cli.errors import Terminated, UsageError, interrupted
-from capsem_core.cli.terminal import sanitize
+from capsem_core.cli.terminal import escape_unencodable, sanitize
 
 # Every command: its name, its one-line help, and the module of this package that holds its
 # ``add_arguments(parser)`` and ``run(args) -> int``. Only the command asked for is imported
@@ -184,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     previous: Any = None
+    restore_streams = escape_unencodable()
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
@@ -241,6 +242,7 @@ def _main(argv: Sequence[str] | None) -> int:
         startup.loaded()   # whatever the command did not say
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        restore_streams()
 
 
 def _cwd_removed() -> bool:

@@ -2,8 +2,9 @@
 
 Everything the commands print to a terminal is shaped here: whether colour is wanted
 (:func:`colour_wanted`, the one ``NO_COLOR`` rule), the ANSI styles (:class:`Style`, the
-only escape sequences our output ever contains), aligned tables (:func:`render_table`) and
-the sanitizer for strings that came from a ledger or main.db (:func:`sanitize`).
+only escape sequences our output ever contains), aligned tables (:func:`render_table`), the
+sanitizer for strings that came from a ledger or main.db (:func:`sanitize`) and what the
+standard streams do with a character their encoding cannot hold (:func:`escape_unencodable`).
 
 Bodies, paths, tool names, domains and most other strings in a ledger are chosen by an
 agent's counterparty. Printed verbatim they could drive the user's terminal (OSC 8 links,
@@ -14,12 +15,14 @@ through :func:`sanitize`; ``--json`` output keeps the exact values instead.
 
 from __future__ import annotations
 
+import io
 import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
-__all__ = ["Style", "cell", "colour_wanted", "render_table", "sanitize"]
+__all__ = ["Style", "cell", "colour_wanted", "escape_unencodable", "render_table", "sanitize"]
 
 
 def _escape(ch: str) -> str:
@@ -106,3 +109,31 @@ def render_table(out: list[str], s: Style, columns: Sequence[str], rows: Sequenc
     for row in cells:
         out.append(s("dim", "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths))))
     out.append("")
+
+
+def escape_unencodable() -> Callable[[], None]:
+    """Make stdout and stderr write a character their encoding cannot hold as an escape
+    (``\\xe9``, the form :func:`sanitize` uses) instead of failing: a ledger's strings are any
+    Unicode, a terminal's encoding may be ASCII (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``), and
+    a printable character is not the sanitizer's to escape. Returns what puts them back."""
+    changed: list[tuple[io.TextIOWrapper, str]] = []
+    for stream in (sys.stdout, sys.stderr):
+        # "surrogateescape" too (the C locale's): it fails on a printable character as
+        # "strict" does, and sanitized text holds no surrogates for it to keep.
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+            previous = stream.errors
+            if _set_errors(stream, "backslashreplace"):
+                changed.append((stream, previous))
+
+    def restore() -> None:
+        for stream, errors in changed:
+            _set_errors(stream, errors)
+    return restore
+
+
+def _set_errors(stream: io.TextIOWrapper, errors: str) -> bool:
+    try:
+        stream.reconfigure(errors=errors)   # flushes first: what was written keeps its handler
+    except (OSError, ValueError):   # closed, or its reader gone
+        return False
+    return True
