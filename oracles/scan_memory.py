@@ -10,9 +10,12 @@ sizes) to compare it with.
 Before the measured scan the child reads the same scan once and drops it, so the pages of
 session.db the scan reads are already mapped into it (they count in its resident memory, and
 would otherwise be counted as the scan's) and the allocator has seen batches of that size;
-then it resets the peak (``/proc/self/clear_refs``, 5) and reads the scan again. The growth is
-therefore what the batches in flight cost: the workers' batches filled ahead, the one the
-consumer holds, and whatever the scan keeps besides.
+then it resets the peak (``/proc/self/clear_refs``, 5) and reads the scan again. The child
+reads with no bound on the scans' window of the map (``CAPSEM_CORE_PAGE_WINDOW=0``), so the
+pages stay mapped between the two reads (the window itself is measured by
+tests/columns/test_file_window.py). The growth is therefore what the batches in flight cost:
+the workers' batches filled ahead, the one the consumer holds, and whatever the scan keeps
+besides.
 
     python oracles/scan_memory.py DIRECTORY TABLE [--threads N] [--batch-rows N]
                                   [--batch-bytes N] [--hold] [--path rows]
@@ -89,7 +92,7 @@ def peak_in_child(directory: Path, table: str, *, threads: int, batch_rows: int,
             str(batch_rows), "--batch-bytes", str(batch_bytes)] + (["--hold"] if hold else []) + \
         (["--path", path] if path else [])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "CAPSEM_CORE_PAGE_WINDOW": "0"})
     if done.returncode != 0:
         raise RuntimeError(f"the scan_memory child failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     result: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])

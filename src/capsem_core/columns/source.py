@@ -3,13 +3,15 @@
 ``open_source`` is a ``_columns.Source`` on the read-only URI ``db.py`` chooses (refusing a
 ``-wal`` whose commits cannot be read, as every reader does), with the one busy timeout.
 ``HeldFile`` is session.db mapped once for a reader that reads it again and again (a
-Ledger's scans, an EventReader's pages), so the pages of one read are still in the process's
-page tables at the next: ``for_snapshot`` gives the map only where it is the snapshot of the
-source's open read transaction, by the rule every page reader follows
-(``db.main_file_is_snapshot`` once the transaction has read, and
-``pages.tables.header_is_snapshot``: the mapped header equal to the one the transaction reads),
-mapping the file anew when it has changed (a checkpoint grew it) and answering None where the
-pages must not stand in for SQL. It is ``pages.tables.HeldMap``'s counterpart for a column
+Ledger's scans, an EventReader's pages), sparing each read its open, map and header check.
+Each scan and each page of rows keeps a bounded window of the map resident and drops the
+pages behind it (``pages.tables.window_bytes``: 32 MiB, ``CAPSEM_CORE_PAGE_WINDOW``), so
+between reads the map holds next to nothing of the file. ``for_snapshot`` gives the map only
+where it is the snapshot of the source's open read transaction, by the rule every page
+reader follows (``db.main_file_is_snapshot`` once the transaction has read, and
+``pages.tables.header_is_snapshot``: the mapped header equal to the one the transaction
+reads), mapping the file anew when it has changed (a checkpoint grew it) and answering None
+where the pages must not stand in for SQL. It is ``pages.tables.HeldMap``'s counterpart for a column
 reader's ``Source`` and ``FileMap`` (the map this native module reads).
 """
 
@@ -21,7 +23,7 @@ import threading
 from capsem_core import db
 from capsem_core.bodies.scan import page_scans
 from capsem_core._native import _columns
-from capsem_core.pages.tables import header_is_snapshot
+from capsem_core.pages.tables import header_is_snapshot, window_bytes
 
 
 def open_source(db_path: os.PathLike[str] | str) -> tuple[_columns.Source, db.ReadPlan]:
@@ -53,7 +55,7 @@ class HeldFile:
                 return self._file
             self._drop()
             try:
-                self._file = _columns.FileMap(self.db_path)
+                self._file = _columns.FileMap(self.db_path, window=window_bytes())
             except OSError:
                 return None  # SQL then says what is wrong with the file
             return self._file if header_is_snapshot(self._file.header(), pragma) else None

@@ -1,5 +1,5 @@
 # The C API the columns module calls (status.h, map_guard.h, sqlite3.h, arrow_abi.h,
-# arrow_export.h, utf8_check.h, column_build.h, page_map.h, archive_file.h, scan_leaves.h,
+# arrow_export.h, utf8_check.h, column_build.h, page_map.h, archive_file.h, page_window.h, scan_leaves.h,
 # scan_pages.h, scan_rows.h, scan_stream.h), declared once for _columns.pyx and its includes.
 from libc.stdint cimport int8_t, int64_t, uint8_t, uint32_t, uint64_t
 
@@ -88,6 +88,11 @@ cdef extern from "archive_file.h" nogil:
         const uint8_t *map
         uint64_t size
 
+cdef extern from "page_window.h" nogil:
+    uint64_t CAPSEM_WINDOW_DEFAULT_BYTES
+    ctypedef struct capsem_page_window:
+        pass
+
 cdef extern from "scan_leaves.h" nogil:
     uint32_t CS_ROWID
     int CS_OK, CS_CANCELLED, CS_NO_MEMORY, CS_UNREADABLE, CS_SHRANK, CS_TOO_LARGE
@@ -105,6 +110,8 @@ cdef extern from "scan_leaves.h" nogil:
         const uint8_t *real
         volatile const int *cancel
         int64_t max_rows
+        uint64_t window
+        capsem_page_window *shared
     int cs_pages_open(cs_pages *s)
     void cs_pages_close(cs_pages *s)
 
@@ -134,6 +141,7 @@ cdef extern from "scan_rows.h" nogil:
 
 cdef extern from "scan_stream.h" nogil:
     ctypedef struct cs_map:
+        uint64_t window
         capsem_archive_file file
     cs_map *cs_map_open(const char *path, int *status, int *err)
     void cs_map_unref(cs_map *m)
@@ -146,6 +154,7 @@ cdef extern from "scan_stream.h" nogil:
     int cs_source_begin(cs_source *s, char *err, size_t errlen)
     void cs_source_end(cs_source *s)
     void cs_source_use_map(cs_source *s, cs_map *m)
+    capsem_page_window *cs_source_rows_window(cs_source *s)
     int CS_PATH_PAGES, CS_PATH_ROWS
     ctypedef struct cs_stream:
         int path

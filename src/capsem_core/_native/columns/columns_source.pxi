@@ -40,16 +40,27 @@ cdef int _bind(sqlite3_stmt *st, tuple params) except -1:
     return 0
 
 
+# The bytes of session.db each scan (its threads together) or page of rows keeps resident.
+WINDOW_BYTES = CAPSEM_WINDOW_DEFAULT_BYTES
+
+
 cdef class FileMap:
     """session.db mapped read-only (no symbolic link, a regular file), to be read by sources
-    whose snapshot it is; kept across reads so its pages stay in the process's page tables.
-    OSError naming the file when it cannot be opened or mapped."""
+    whose snapshot it is; kept across reads, sparing each its open and map. ``window``: the
+    bytes of it each scan or page of rows keeps resident (the pages behind it are dropped from
+    the process; the page cache keeps them), ``WINDOW_BYTES`` by default, 0 for no bound.
+    OSError naming the file when it cannot be opened or mapped, ValueError for a negative
+    window."""
 
     cdef cs_map *m
     cdef readonly object path
+    cdef readonly uint64_t window
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, window=None):
         self.m = NULL
+        if window is not None and window < 0:
+            raise ValueError("window must not be negative")
+        self.window = CAPSEM_WINDOW_DEFAULT_BYTES if window is None else window
         self.path = os.fspath(path)
         cdef bytes cpath = os.fsencode(self.path)
         cdef const char *p = cpath
@@ -59,6 +70,7 @@ cdef class FileMap:
         if self.m == NULL:
             raise OSError(err or errno.EINVAL, "a symbolic link or not a regular file" if not err else os.strerror(err),
                           self.path)
+        self.m.window = self.window
 
     def __dealloc__(self):
         cs_map_unref(self.m)
@@ -283,6 +295,7 @@ cdef class Source:
             pages.record = rec
             pages.real = rl
             pages.max_rows = limit
+            pages.shared = cs_source_rows_window(self.src)
             with nogil:
                 rc = cs_pages_open(&pages)
                 if rc == CS_OK:

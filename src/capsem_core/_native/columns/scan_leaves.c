@@ -15,10 +15,15 @@ int cs_reader_init(cs_reader *r, const cs_pages *s) {
     r->f.h = s->h;
     r->header = malloc(MAX_HEADER);
     r->vals = calloc(s->ncols ? s->ncols : 1, sizeof *r->vals);
+    /* Without memory for the window the reader still reads, keeping what it read resident. */
+    if (s->shared) r->f.window = s->shared;
+    else if (s->window && capsem_window_init(&r->win, s->map, s->size, s->window) == 0) r->f.window = &r->win;
     return r->header && r->vals ? CS_OK : CS_NO_MEMORY;
 }
 
 void cs_reader_free(cs_reader *r) {
+    capsem_window_end(&r->win); /* a window never set up is all zeros: nothing to drop */
+    r->f.window = NULL;
     free(r->header);
     free(r->vals);
     free(r->scratch);
@@ -74,8 +79,7 @@ static int interior_cell(const cs_pages *s, const uint8_t *page, uint32_t ih, ui
     return CS_OK;
 }
 
-static int walk(void *arg) {
-    cs_pages *s = arg;
+static int walk_in(cs_pages *s, capsem_page_window *win) {
     frame stack[CAPSEM_PAGES_MAX_DEPTH];
     unsigned depth = 0;
     size_t cap = 0;
@@ -87,6 +91,7 @@ static int walk(void *arg) {
     for (;;) {
         if (pgno < 1 || pgno > s->h.page_count || ++visited > s->h.page_count) return CS_UNREADABLE;
         if (s->cancel && *s->cancel) return CS_CANCELLED;
+        capsem_window_touch(win, (uint64_t)(pgno - 1) * s->h.page_size);
         const uint8_t *page = s->map + (uint64_t)(pgno - 1) * s->h.page_size;
         uint32_t ih = hdr_offset(pgno);
         uint8_t type = page[ih];
@@ -125,6 +130,8 @@ static int walk(void *arg) {
         for (;;) {
             if (depth == 0) return CS_OK;
             frame *f = &stack[depth - 1];
+            /* read again: noted again, its chunk may have been dropped since */
+            capsem_window_touch(win, (uint64_t)(f->page - 1) * s->h.page_size);
             const uint8_t *ip = s->map + (uint64_t)(f->page - 1) * s->h.page_size;
             uint32_t ih2 = hdr_offset(f->page);
             if (f->next > f->ncell) {
@@ -147,6 +154,16 @@ static int walk(void *arg) {
             break;
         }
     }
+}
+
+typedef struct {
+    cs_pages *s;
+    capsem_page_window *win;
+} walk_job;
+
+static int walk(void *arg) {
+    walk_job *j = arg;
+    return walk_in(j->s, j->win);
 }
 
 int cs_pages_open(cs_pages *s) {
@@ -186,7 +203,15 @@ int cs_pages_open(cs_pages *s) {
     for (size_t i = 0; i < s->ncols; i++)
         if (s->record[i] != CS_ROWID && s->record[i] + 1 > s->need) s->need = s->record[i] + 1;
     if (s->need > CS_MAX_COLUMNS) return CS_UNREADABLE;
-    return cs_guarded(s, walk, s);
+    /* The walk's pages under a window of its own, dropped when it ends (the passes after it
+     * read the leaves again, each through its reader's window). */
+    capsem_page_window win;
+    memset(&win, 0, sizeof win);
+    walk_job j = {s, s->shared};
+    if (!j.win && s->window && capsem_window_init(&win, s->map, s->size, s->window) == 0) j.win = &win;
+    int rc = cs_guarded(s, walk, &j);
+    capsem_window_end(&win);
+    return rc;
 }
 
 void cs_pages_close(cs_pages *s) {
@@ -307,6 +332,7 @@ static inline void ask_ahead(cs_reader *r, uint32_t lines) {
 /* The cells of leaf `li`, checked as a leaf page. */
 int cs_leaf_cells(cs_reader *r, size_t li, const uint8_t **page, uint32_t *ncell) {
     const cs_leaf *leaf = &r->s->leaves[li];
+    capsem_window_pin(r->f.window, (uint64_t)(leaf->page - 1) * r->f.h.page_size);
     *page = r->s->map + (uint64_t)(leaf->page - 1) * r->f.h.page_size;
     uint32_t hdr = hdr_offset(leaf->page);
     if ((*page)[hdr] != 0x0D) return CS_UNREADABLE;

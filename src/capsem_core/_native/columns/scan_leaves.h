@@ -13,7 +13,12 @@
  * would supply), a tree that loops or is deeper than any sound one - answers CS_UNREADABLE,
  * and the caller reads the table through SQLite instead. Every page number, offset, varint
  * and length is bounded before use; the map is read under the SIGBUS guard (`cs_guarded`: a
- * file cut short underneath answers CS_SHRANK). */
+ * file cut short underneath answers CS_SHRANK).
+ *
+ * Every reader of the map keeps a bounded window of it resident (page_window.h, as the page
+ * map and the record scans do): the tree walk and each `cs_reader` note every page they read,
+ * and drop what they touched once it fills `window` bytes, and when they end. A reader pins the
+ * leaf whose cells it reads, since it goes back to it between its rows' overflow pages. */
 #ifndef CAPSEM_SCAN_LEAVES_H
 #define CAPSEM_SCAN_LEAVES_H
 
@@ -57,6 +62,8 @@ typedef struct {
     const uint8_t *real;    /* per output column: REAL affinity (an INTEGER reads as REAL) */
     volatile const int *cancel;
     int64_t max_rows; /* > 0: list only the leaves that can hold this many rows past `after` */
+    uint64_t window;  /* bytes of the map the walk and each reader keep resident; 0: no bound */
+    capsem_page_window *shared; /* not NULL: the walk and the reader note their pages here instead */
     /* filled by cs_pages_open */
     cs_leaf *leaves;
     size_t nleaves;
@@ -81,10 +88,12 @@ typedef struct {
     uint32_t off, len;
 } cs_value;
 
-/* Per thread: the file (and its page counter), a header buffer, the row's values, a buffer
- * for values gathered from overflow pages, and the next leaf's lines still to ask for. */
+/* Per thread: the file (and its page counter), its window over the map, a header buffer, the
+ * row's values, a buffer for values gathered from overflow pages, and the next leaf's lines
+ * still to ask for. */
 typedef struct {
     capsem_rec_file f;
+    capsem_page_window win; /* f.window points here when s->window bounds it */
     const cs_pages *s;
     uint8_t *header;
     cs_value *vals; /* in the order of s->order */
@@ -96,6 +105,7 @@ typedef struct {
 } cs_reader;
 
 int cs_reader_init(cs_reader *r, const cs_pages *s);
+/* Free the reader, dropping what its window still holds of the map. */
 void cs_reader_free(cs_reader *r);
 
 /* The cells of leaf `li`, checked as a leaf page: the page and its cell count. */

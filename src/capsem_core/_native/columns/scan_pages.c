@@ -232,6 +232,9 @@ static int append_value(cs_reader *r, payload *p, const cs_value *v, int64_t row
          * writing into the slack every data buffer keeps (column_build.h), instead of a call
          * to memcpy per value. */
         const uint8_t *src = p->local + v->off;
+        uint64_t at = (uint64_t)(src - r->s->map);
+        if ((at ^ (at + 63)) >> CAPSEM_WINDOW_CHUNK_SHIFT) /* the moves reach into the next chunk */
+            capsem_window_touch(r->f.window, at + 63);
         for (uint32_t k = 0; k < v->len; k += 16) memcpy(dst + k, src + k, 16);
         return CS_OK;
     }

@@ -61,9 +61,18 @@ void cs_source_end(cs_source *s) {
 }
 
 void cs_source_use_map(cs_source *s, cs_map *m) {
+    if (s->win_on) capsem_window_end(&s->rows_window);
+    s->win_on = 0;
     if (m) cs_map_ref(m);
     cs_map_unref(s->map);
     s->map = m;
+}
+
+capsem_page_window *cs_source_rows_window(cs_source *s) {
+    if (!s->map || !s->map->window) return NULL;
+    if (!s->win_on)
+        s->win_on = capsem_window_init(&s->rows_window, s->map->file.map, s->map->file.size, s->map->window) == 0;
+    return s->win_on ? &s->rows_window : NULL;
 }
 
 void cs_source_unref(cs_source *s) {
@@ -189,6 +198,12 @@ static void lay_out(cs_stream *st, const uint8_t *empty) {
     for (size_t i = 0; i < st->ncols; i++) cs_layout_of(&st->lays[i], st->masks[i], empty[i]);
 }
 
+static uint64_t file_window_share(uint64_t window, int threads) {
+    if (!window) return 0;
+    uint64_t share = window / (uint64_t)(threads > 1 ? threads : 1);
+    return share < CAPSEM_WINDOW_CHUNK ? CAPSEM_WINDOW_CHUNK : share;
+}
+
 int cs_stream_plan_pages(cs_stream *st, const uint32_t *record, const uint8_t *real, const uint8_t *empty,
                          uint32_t root, int has_after, int64_t after) {
     cs_source *src = st->src;
@@ -209,6 +224,9 @@ int cs_stream_plan_pages(cs_stream *st, const uint32_t *record, const uint8_t *r
     p->record = st->record;
     p->real = st->real;
     p->cancel = &st->cancel;
+    /* The map's window is the scan's: its threads read at once, so each reader takes a share
+     * (at least one chunk). */
+    p->window = file_window_share(src->map->window, st->threads);
     int rc = cs_pages_open(p);
     if (rc == CS_OK)
         rc = cs_pages_plan(p, st->threads, st->batch_rows, st->batch_bytes, st->masks, &st->batches, &st->nbatches);

@@ -29,9 +29,11 @@
 #include "scan_pages.h"
 
 /* session.db mapped read-only, shared by whoever reads it (a Ledger keeps one across scans,
- * so a scan's pages are already in its page tables), freed with its last reference. */
+ * sparing each its open, map and header check), freed with its last reference. `window`: the
+ * bytes of it each scan or page of rows keeps resident (scan_leaves.h; 0: no bound). */
 typedef struct {
     long refs;
+    uint64_t window;
     capsem_archive_file file;
 } cs_map;
 
@@ -46,6 +48,8 @@ typedef struct {
     sqlite3 *db;
     int in_txn;
     cs_map *map; /* NULL: not mapped */
+    capsem_page_window rows_window; /* its pages of rows' window over the map, while win_on */
+    int win_on;
 } cs_source;
 
 /* Open `uri` read-only with the busy timeout; SQLite's code, its message in err. *out is set
@@ -56,8 +60,13 @@ void cs_source_unref(cs_source *s);
 /* BEGIN and a first read, which fixes the snapshot. */
 int cs_source_begin(cs_source *s, char *err, size_t errlen);
 void cs_source_end(cs_source *s);
-/* Read `m` (a reference is taken) as the source's snapshot, or drop the map (m NULL). */
+/* Read `m` (a reference is taken) as the source's snapshot, or drop the map (m NULL); the
+ * pages of rows' window over the old map ends. */
 void cs_source_use_map(cs_source *s, cs_map *m);
+/* The window every page of rows read on the source's map shares until the map is let go (a
+ * page of events reads several tables one after another: one window keeps each tree's upper
+ * pages and next leaf between those reads); NULL for no bound. */
+capsem_page_window *cs_source_rows_window(cs_source *s);
 
 enum { CS_PATH_PAGES = 1, CS_PATH_ROWS = 2 };
 
