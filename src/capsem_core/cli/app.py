@@ -176,15 +176,20 @@ def build_parser(chosen: str | None = None, *, every: bool = False) -> argparse.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Standard streams closed or failing are dealt with here, once, for every command.
-    with streams.guarded():
-        return _main(argv)
+    # Standard streams closed or failing are dealt with here, once, for every command; so is
+    # a character their encoding cannot hold (set on the streams themselves, before guarded
+    # wraps them).
+    restore_streams = escape_unencodable()
+    try:
+        with streams.guarded():
+            return _main(argv)
+    finally:
+        restore_streams()
 
 
 def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     previous: Any = None
-    restore_streams = escape_unencodable()
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
@@ -242,7 +247,6 @@ def _main(argv: Sequence[str] | None) -> int:
         startup.loaded()   # whatever the command did not say
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        restore_streams()
 
 
 def _cwd_removed() -> bool:
