@@ -262,3 +262,16 @@ def test_unreadable_files_and_directories_are_refused_naming_them_and_nothing_is
     assert tree_snapshot(d.parent) == before
     os.chmod(locked, 0o755 if locked.is_dir() else 0o644)
     assert stat.S_IMODE(os.stat(locked).st_mode) != 0
+
+
+def test_a_ledger_whose_path_is_not_utf8_is_read_checked_and_listed_by_its_bytes(tmp_path):
+    """A directory name is bytes: one that is not UTF-8 reaches Python as surrogates, and
+    the native scans took the path as UTF-8 text (a UnicodeEncodeError traceback)."""
+    directory = os.fsdecode(os.fsencode(tmp_path) + b"/s\xffx")
+    write_tiny(Path(directory))
+    for args in (["events", "--db", directory], ["check", "--verify-bodies", "--db", directory]):
+        done = subprocess.run([sys.executable, "-m", "capsem_core", *args], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    with Ledger(directory) as ledger:
+        assert len(ledger.index()) > 0 and len(ledger.events().events) > 0

@@ -120,7 +120,7 @@ cdef class Source:
         self.path = path
         cdef char err[256]
         err[0] = 0
-        cdef bytes curi = uri.encode()
+        cdef bytes curi = os.fsencode(uri)   # a path is bytes: one not UTF-8 comes back as it was
         cdef const char *u = curi
         cdef int rc
         with nogil:

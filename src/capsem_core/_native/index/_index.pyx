@@ -205,7 +205,7 @@ cdef class _Scan:
         self.borrowed = False
         self.err[0] = 0
         cdef int rc
-        self.curi = uri.encode()
+        self.curi = os.fsencode(uri)   # a path is bytes: one not UTF-8 comes back as it was
         cdef const char *p = self.curi
         cdef sqlite3_db *db = _shareable_handle(conn, path)
         if db != NULL:
