@@ -478,3 +478,14 @@ def test_events_format_writes_nothing_but_its_output_whatever_it_names(world: Wo
     assert outcome.code in (0, 1), (argv, outcome.err)
     if target in ("new.out", "empty", "not-sqlite", "chardev", "-"):
         assert outcome.code == 0, outcome.err
+
+
+@pytest.mark.parametrize("argv", [["events", "--json"], ["check", "--jso"], ["list", "--js"], ["check", "--verify"],
+                                  ["export", "--warc-l", "3"]])
+def test_an_option_is_its_whole_name_never_a_prefix_of_one(world: World, argv: list[str]) -> None:
+    """argparse takes a prefix of an option for the option: `events --json` ran as --jsonl,
+    and a later option sharing the prefix would change what an old command line does."""
+    outcome = assert_contract(world, world.fresh(), argv)
+    assert outcome.code == 2 and "unrecognized arguments" in outcome.err, (argv, outcome.err)
+    # (a command line holding --json has its usage error as JSON too)
+    assert outcome.out == "" or json.loads(outcome.out)["exit_status"] == 2

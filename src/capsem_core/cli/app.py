@@ -126,6 +126,10 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        # An option is its whole name: argparse's prefixes took `events --json` for --jsonl
+        # and `check --jso` for --json (so the usage error of one was not JSON), and a later
+        # option sharing a prefix would change what an old command line means.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def _print_message(self, message: str, file: Any = None) -> None:
