@@ -378,6 +378,10 @@ def test_list_reads_a_home_on_read_only_media(base, kind, nobody):
             assert "Traceback" not in listed.stderr and SESSION_ID in listed.stdout
         latest = run(_cli("check", "--json"), env=env)
         assert check_json(latest)["session"] == SESSION_ID and latest.returncode == 0, latest.stderr
+        # rollup writes main.db: it cannot here, and says so rather than calling it unreadable.
+        rolled = run(_cli("rollup", SESSION_ID), env=env)
+        assert rolled.returncode == 1 and rolled.stderr.count("\n") == 1, rolled.stderr
+        assert "cannot write main.db" in rolled.stderr and "read-only" in rolled.stderr, rolled.stderr
         assert snapshot(d) == before
 
 

@@ -127,6 +127,10 @@ def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Conn
     """main.db through the one connection policy (``capsem_core.db``), in autocommit mode."""
     if readonly:
         return db.connect_readonly(path, isolation_level=None, check_same_thread=True)
+    # SQLite opens a file it cannot write read-only, and its first write then fails as
+    # "unable to open database file" or "readonly database": said here plainly instead.
+    if os.path.exists(path) and not (os.access(path, os.W_OK) and db.directory_writable(path.parent)):
+        raise LedgerError("cannot write main.db: the file or its directory is read-only", path)
     try:
         return db.connect_readwrite(path, create=create)
     except sqlite3.Error as exc:
