@@ -99,3 +99,36 @@ def test_a_caught_up_follower_reads_no_table_until_a_commit(tmp_path: Path) -> N
     assert pages == [10, 4]
     # About 80 polls passed; the tables were read only for the first page and after the commit(s).
     assert reads <= 6
+
+
+def test_a_follower_whose_ledger_is_removed_says_so_instead_of_waiting_forever(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    from capsem_core.errors import LedgerError
+
+    directory = tmp_path / "gone"
+    write_mixed(directory, 10)
+    with Ledger(directory) as ledger:
+        pages = ledger.follow(limit=50, poll=0.001)
+        assert len(next(pages).events) == 10   # caught up: the next page waits on a commit
+        shutil.rmtree(directory)
+        with pytest.raises(LedgerError, match="removed or replaced while it was followed"):
+            next(pages)
+
+
+def test_the_command_line_follower_of_a_removed_ledger_ends_in_one_line_with_its_cursor(tmp_path: Path) -> None:
+    import shutil
+
+    directory = tmp_path / "gone"
+    write_mixed(directory, 10)
+    proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "events", "--db", str(directory), "--follow",
+                             "--jsonl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    lines = [proc.stdout.readline() for _ in range(10)]   # every event is out: it waits now
+    assert all(line.startswith("{") for line in lines)
+    shutil.rmtree(directory)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert err.startswith("cursor: ev1.") and err.count("\n") == 2 and "removed or replaced" in err, err

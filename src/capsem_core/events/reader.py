@@ -169,6 +169,9 @@ class EventReader:
     def __init__(self, db_path: os.PathLike[str] | str):
         self.db_path = os.fspath(db_path)
         self._source, self._plan = open_source(self.db_path)
+        # What the path names once opened (a follower watches that it stays so).
+        st = os.stat(self.db_path)
+        self._identity = (st.st_dev, st.st_ino)
         self._held = HeldFile(self.db_path)
         self._lock = threading.Lock()
         self._closed = False
@@ -416,7 +419,20 @@ class EventReader:
             while not self.changed():
                 if stop is not None and stop():
                     return
+                self._still_there()
                 time.sleep(poll)
+
+    def _still_there(self) -> None:
+        """LedgerError once the path no longer names the session.db this reader opened (the
+        ledger removed, or another file put in its place): no event could ever come."""
+        try:
+            st = os.stat(self.db_path)
+            same = (st.st_dev, st.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            raise LedgerError("session.db was removed or replaced while it was followed: no new event can come "
+                              "(the cursor printed resumes where this stopped)", self.db_path)
 
 
 __all__ = ["DEFAULT_POLL_S", "Event", "EventPage", "EventReader", "MAX_LIMIT", "MIN_LIMIT", "PAGE_BYTES",
