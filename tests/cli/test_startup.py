@@ -106,12 +106,39 @@ print(code, ",".join(m for m in heavy if m in sys.modules))
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list"], ["list", "--json"],
-                                  *([name, "--help"] for name in ("body", "check", "export", "list", "rollup"))])
+                                  *([name, "--help"] for name in ("body", "check", "events", "export", "list", "rollup",
+                                                                  "sample"))])
 def test_version_help_and_list_load_neither_numpy_nor_the_check_package(argv: list[str], tmp_path: Path) -> None:
     env = dict(os.environ, CAPSEM_HOME=str(tmp_path))   # list: no main.db there, one line, exit 1
     done = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=60, env=env)
     code, loaded = (done.stdout.splitlines()[-1].split(" ") + [""])[:2]
     assert code in ("0", "1") and loaded == "", (argv, done.stdout[-300:], done.stderr[-300:])
+
+
+@pytest.mark.parametrize("package", ["capsem_core", "capsem_core.events", "capsem_core.writer", "capsem_core.sample"])
+def test_every_name_a_lazy_package_exports_resolves_and_dir_lists_it(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(package)
+    names = [n for n in module.__all__ if n != "__version__"]
+    assert sorted(names) == sorted(module._HOMES)   # the literal __all__ (for type checkers) and the table agree
+    for name in names:
+        assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{module._HOMES[name]}"), name)
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018
+
+
+def test_a_light_module_of_a_lazy_package_loads_none_of_its_heavy_siblings() -> None:
+    # What the events and sample commands' arguments need: the event tables and limits, the
+    # sample mixes and sizes (through their packages, as the command line imports them).
+    probe = ("import sys\nfrom capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT\n"
+             "from capsem_core.sample import MIXES, parse_size\n"
+             "print(sorted(m for m in ('numpy', 'capsem_core.events.reader', 'capsem_core.writer.ledger', "
+             "'capsem_core.writer.archive', 'capsem_core.sample.ledger', 'capsem_core.sample.home') "
+             "if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_importing_the_command_line_loads_no_command() -> None:

@@ -26,16 +26,19 @@ import signal
 import sys
 from collections.abc import Iterator
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from capsem_core.cli import events_file, startup, streams
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
 from capsem_core.errors import LedgerError
-from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, Event, EventPage, choose_tables
-from capsem_core.ledger import Ledger
+from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, choose_tables
 from capsem_core.outputs import quiet_stdout
+
+if TYPE_CHECKING:   # the reader (numpy) loads when the command runs, not for --help
+    from capsem_core.events import Event, EventPage
+    from capsem_core.ledger import Ledger
 
 # The columns that say what an event was, per table, in the one-line view (--jsonl has all).
 SUMMARY_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -104,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     db_path = ledger_target(args)
+    from capsem_core.ledger import Ledger
+
     out = sys.stdout
     printer = _JsonLines() if args.jsonl else _Lines(colour_wanted(out))
     stop = _Stop()

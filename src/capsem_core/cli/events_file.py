@@ -21,9 +21,7 @@ from typing import Any
 
 from capsem_core.cli.arguments import ledger_target, output_argument
 from capsem_core.cli.errors import Terminated, UsageError
-from capsem_core.columns.plan import check_table
 from capsem_core.errors import LedgerError
-from capsem_core.ledger import Ledger
 from capsem_core.outputs import STDOUT, output_stream
 
 FORMATS = ("parquet", "arrow")
@@ -47,6 +45,8 @@ def _checked(args: argparse.Namespace) -> str:
             raise UsageError(f"--format writes every row of one table: not with {option}")
     if not args.table or len(args.table) != 1:
         raise UsageError("--format writes one table: name it with one --table")
+    from capsem_core.columns.plan import check_table   # (the column scanner: numpy)
+
     try:
         table = check_table(args.table[0])
     except ValueError as exc:
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     table = _checked(args)
     pa, pq, ipc = _pyarrow()
     db_path = ledger_target(args)
+    from capsem_core.ledger import Ledger
+
     previous = signal.signal(signal.SIGTERM, _terminate)  # the partial file goes, as on Ctrl-C
     try:
         with Ledger(db_path) as ledger:

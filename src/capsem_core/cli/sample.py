@@ -13,11 +13,11 @@ import argparse
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 from capsem_core.cli.arguments import counted, output_argument
 from capsem_core.outputs import prepare_output_dir
-from capsem_core.sample import MIXES, parse_size, write_sample_home, write_sample_ledger
-from capsem_core.sample.units import MIB
+from capsem_core.sample import MIXES, parse_size
 from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.errors import LedgerError
 from capsem_core.cli.terminal import sanitize
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
     if args.home and args.raw_bytes is not None:
         raise UsageError("--raw-bytes applies to one ledger, not to --home")
+    write = _sample_writer(args)
     before = _entries(args.directory)
     prepare_output_dir(args.directory, "sample directory")
     # The writers' warnings are shown after a normal run; after an interrupt the one line below
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            text = _write_sample(args)
+            text = write()
         except (KeyboardInterrupt, Terminated) as e:
             code, what = (130, "interrupted") if isinstance(e, KeyboardInterrupt) else (143, "terminated")
             print(f"capsem-ledger sample: {what}; {sanitize(args.directory)} holds a partial sample whose "
@@ -94,15 +95,21 @@ def _entries(directory: str) -> frozenset[str] | None:
         return None
 
 
-def _write_sample(args: argparse.Namespace) -> str:
-    """Write the sample and return its description."""
+def _sample_writer(args: argparse.Namespace) -> Callable[[], str]:
+    """What writes the sample and returns its description. The writers (numpy) load here,
+    when a sample is asked for (not for --help), and before anything is written: a Ctrl-C
+    while they load leaves nothing behind to report."""
     if args.home:
-        return write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
-                                 bodies=args.bodies, codec=args.codec).describe()
+        from capsem_core.sample import write_sample_home
+
+        return lambda: write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
+                                         bodies=args.bodies, codec=args.codec).describe()
+    from capsem_core.sample import write_sample_ledger
+    from capsem_core.sample.units import MIB
 
     def progress(n: int, raw: int) -> None:
         print(f"  ... {n:,} bodies, {raw / MIB:,.1f} MiB raw", file=sys.stderr, flush=True)
 
-    return write_sample_ledger(args.directory, seed=args.seed, mix=args.mix, bodies=args.bodies,
-                               raw_bytes=args.raw_bytes, codec=args.codec,
-                               progress=progress if args.progress else None).describe()
+    return lambda: write_sample_ledger(args.directory, seed=args.seed, mix=args.mix, bodies=args.bodies,
+                                       raw_bytes=args.raw_bytes, codec=args.codec,
+                                       progress=progress if args.progress else None).describe()

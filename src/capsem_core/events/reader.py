@@ -38,17 +38,10 @@ from capsem_core.columns.source import HeldFile, open_source
 from capsem_core.errors import LedgerError
 from capsem_core.events import cursor as _cursor
 from capsem_core.events.cursor import Mark
+from capsem_core.events.limits import DEFAULT_POLL_S, MAX_LIMIT, MIN_LIMIT, PAGE_BYTES, ROW_BYTES, clamp_limit
 from capsem_core.events.tables import EVENT_TABLES, TABLE_NUMBER, EventTable, choose_tables, shown_time, text_time_us
 from capsem_core.writer.rows import Stamper
 
-MIN_LIMIT = 1
-MAX_LIMIT = 1000
-# A page also ends once the values it delivers pass this many bytes (after its first event),
-# and no single value may be larger: a hostile ledger's huge rows cannot size the memory. A
-# page ends before a row holding a larger value; the page that would start with it fails.
-PAGE_BYTES = 32 << 20
-ROW_BYTES = 32 << 20
-DEFAULT_POLL_S = 0.05
 
 Value = int | float | str | bytes | None
 After = str  # "start", "latest" or a cursor's text
@@ -104,13 +97,6 @@ class EventPage:
 
 
 _EVENT_SLOTS = tuple(Event.__dict__[name] for name in ("table", "id", "event_id", "timestamp", "row", "bodies"))
-
-
-def clamp_limit(limit: int) -> int:
-    """A page's size: ``limit`` clamped to 1..1000 (TypeError for a non-integer)."""
-    if type(limit) is not int:
-        raise TypeError(f"limit must be an integer, not {type(limit).__name__}")
-    return min(max(limit, MIN_LIMIT), MAX_LIMIT)
 
 
 def _direction_key(direction: str) -> tuple[int, str]:

@@ -15,11 +15,26 @@ command of ``capsem-ledger`` lives in ``capsem_core.cli.sample``.
 
 from __future__ import annotations
 
-from capsem_core.sample.home import HomeCategory, HomeSession, HomeSummary, write_sample_home
-from capsem_core.sample.ledger import DEFAULT_START_TIME, SampleSummary, write_sample_ledger
-from capsem_core.sample.profiles import MIXES, Mix
-from capsem_core.sample.units import parse_size
+from capsem_core.lazy import attach
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from capsem_core.sample.home import HomeCategory, HomeSession, HomeSummary, write_sample_home
+    from capsem_core.sample.ledger import DEFAULT_START_TIME, SampleSummary, write_sample_ledger
+    from capsem_core.sample.profiles import MIXES, Mix
+    from capsem_core.sample.units import parse_size
+del TYPE_CHECKING
+
+# Each public name and the module defining it: the mixes and sizes (what the ``sample``
+# command's arguments need) load without the writers.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("HomeCategory", "HomeSession", "HomeSummary", "write_sample_home"), "home"),
+    **dict.fromkeys(("DEFAULT_START_TIME", "SampleSummary", "write_sample_ledger"), "ledger"),
+    **dict.fromkeys(("MIXES", "Mix"), "profiles"),
+    "parse_size": "units",
+}
+
+# Spelled out: type checkers read exports from a literal list only.
 __all__ = [
     "DEFAULT_START_TIME",
     "HomeCategory",
@@ -32,3 +47,4 @@ __all__ = [
     "write_sample_home",
     "write_sample_ledger",
 ]
+__getattr__, __dir__ = attach(globals(), _HOMES)

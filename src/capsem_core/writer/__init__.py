@@ -15,10 +15,24 @@ public API (what ``capsem_core.writer`` and the old ``capsem_core.archive_writer
 
 from __future__ import annotations
 
-from capsem_core.writer.archive import ZSTD_WINDOW_LOG, BodyArchiveWriter, SegmentWritten, codec_id
-from capsem_core.writer.ledger import LedgerWriter
-from capsem_core.writer.rows import BODY_DIRECTIONS, Body, ledger_timestamp
+from capsem_core.lazy import attach
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from capsem_core.writer.archive import ZSTD_WINDOW_LOG, BodyArchiveWriter, SegmentWritten, codec_id
+    from capsem_core.writer.ledger import LedgerWriter
+    from capsem_core.writer.rows import BODY_DIRECTIONS, Body, ledger_timestamp
+del TYPE_CHECKING
+
+# Each public name and the module defining it: ``rows`` (the events' time stamps) loads
+# without the archive's and the writer's numpy.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("ZSTD_WINDOW_LOG", "BodyArchiveWriter", "SegmentWritten", "codec_id"), "archive"),
+    "LedgerWriter": "ledger",
+    **dict.fromkeys(("BODY_DIRECTIONS", "Body", "ledger_timestamp"), "rows"),
+}
+
+# Spelled out: type checkers read exports from a literal list only.
 __all__ = [
     "BODY_DIRECTIONS",
     "Body",
@@ -29,3 +43,4 @@ __all__ = [
     "codec_id",
     "ledger_timestamp",
 ]
+__getattr__, __dir__ = attach(globals(), _HOMES)
