@@ -26,6 +26,7 @@ from capsem_core.cli.terminal import sanitize
 # nothing sized from them overflows.
 MAX_SAMPLE_SESSIONS = 100_000
 MAX_SAMPLE_BODIES = 10**12
+HOME_SESSIONS = 12   # --home's sessions when --sessions is not given
 
 
 def _size_arg(text: str) -> int:
@@ -51,14 +52,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="archive codec; zstd is this project's extension, which Capsem cannot read")
     parser.add_argument("--home", action="store_true",
                         help="lay out a whole CAPSEM_HOME at DIR (main.db, ephemeral and persistent ledgers)")
-    parser.add_argument("--sessions", type=counted(1, MAX_SAMPLE_SESSIONS), default=12, help="sessions in a --home layout; default 12")
-    parser.add_argument("--progress", action="store_true", help="report progress on stderr")
+    parser.add_argument("--sessions", type=counted(1, MAX_SAMPLE_SESSIONS),
+                        help=f"sessions in a --home layout; default {HOME_SESSIONS}")
+    parser.add_argument("--progress", action="store_true", help="report progress on stderr (one ledger, not --home)")
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    """An option that means nothing in the mode asked for is refused rather than ignored."""
+    if args.home:
+        for option, given in (("--raw-bytes", args.raw_bytes is not None), ("--progress", args.progress)):
+            if given:
+                raise UsageError(f"{option} applies to one ledger, not to --home")
+    elif args.sessions is not None:
+        raise UsageError("--sessions is the number of sessions of a --home layout; give --home too")
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
-    if args.home and args.raw_bytes is not None:
-        raise UsageError("--raw-bytes applies to one ledger, not to --home")
+    _check_mode(args)
     write = _sample_writer(args)
     before = _entries(args.directory)
     prepare_output_dir(args.directory, "sample directory")
@@ -102,7 +113,8 @@ def _sample_writer(args: argparse.Namespace) -> Callable[[], str]:
     if args.home:
         from capsem_core.sample import write_sample_home
 
-        return lambda: write_sample_home(args.directory, seed=args.seed, sessions=args.sessions, mix=args.mix,
+        sessions = HOME_SESSIONS if args.sessions is None else args.sessions
+        return lambda: write_sample_home(args.directory, seed=args.seed, sessions=sessions, mix=args.mix,
                                          bodies=args.bodies, codec=args.codec).describe()
     from capsem_core.sample import write_sample_ledger
     from capsem_core.sample.units import MIB
