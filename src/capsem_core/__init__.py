@@ -57,7 +57,15 @@ _HOMES: dict[str, str] = {
                                    "SchemaMismatch", "SymlinkRefused", "WriterBusy")},
 }
 
-__all__ = ["__version__", *_HOMES]
+# Spelled out: type checkers read a package's exports from a literal list only (with
+# ``*_HOMES`` mypy --strict refused ``from capsem_core import Ledger``).
+__all__ = [
+    "__version__",
+    "Ledger", "BodyRecord", "copy_ledger", "delete_ledger", "LedgerWriter", "Body", "BodyIndex", "BodyBatch",
+    "BodyFault", "Event", "EventPage", "check_ledger", "CheckReport", "VerifyOptions", "VerifyResult",
+    "LedgerError", "ArchiveError", "BodyHashMismatch", "CursorError", "SchemaMismatch", "SymlinkRefused",
+    "WriterBusy",
+]
 
 
 def __getattr__(name: str) -> Any:
