@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -53,7 +52,6 @@ STDOUT = "-"
 STDOUT_SHOWN = "stdout"   # how an error names standard output
 PART_SUFFIX = ".part-"
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 NAME_MAX = 255
 # Capsem's files, and the names beside one that SQLite or the writer reads as part of it.
 CAPSEM_FILES = (SESSION_DB, SESSION_BODIES, "main.db")
@@ -480,33 +478,6 @@ def write_file_at(dir_fd: int, name: str, data: bytes | memoryview, directory: P
         out.write(data)
 
 
-def safe_component(value: str | None, limit: int) -> str:
-    """A ledger string as part of a file name: runs of anything but ASCII letters, digits,
-    ``_`` and ``-`` become one ``_`` (no dot, slash, NUL or control character survives, so
-    no name is hidden, relative or a traversal), cut to ``limit`` characters; "_" for
-    empty or None."""
-    return _UNSAFE.sub("_", value or "")[:limit] or "_"
-
-
-_EXPORT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\.[A-Za-z0-9_-]{1,40}\.[A-Za-z0-9_-]{1,24}\.[0-9a-f]{64}")
-
-
-def is_export_name(name: str) -> bool:
-    """Whether ``name`` has the form ``export_name`` gives a body's file."""
-    return _EXPORT_NAME.fullmatch(name) is not None
-
-
-def export_name(event_id: str | None, source_table: str | None, direction: str | None, digest_hex: str) -> str:
-    """The file name an exported body takes: ``{event_id}.{table}.{direction}.{hash}`` with
-    each ledger string made safe (``safe_component``) and the body's full BLAKE3 hex last,
-    so two names that sanitize alike only collide when their bytes are the same too. At most
-    64 + 40 + 24 + 64 + 3 characters, under every file system's 255."""
-    if not re.fullmatch(r"[0-9a-f]{64}", digest_hex):
-        raise ValueError("a body's digest is 64 lower-case hex digits")
-    return ".".join((safe_component(event_id, 64), safe_component(source_table, 40),
-                     safe_component(direction, 24), digest_hex))
-
-
 def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     """Make sure the directory a command documents creating (``sample DIR``) can be written:
     the name checked, an existing directory used, a missing one created (that directory
@@ -515,7 +486,7 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "STDOUT_SHOWN", "check_output_name", "exists_at", "export_name",
-           "file_at", "is_export_name", "names_stdout", "open_output_dir", "output_stream", "part_name",
-           "prepare_output_dir", "quiet_stdout", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "safe_component",
-           "write_file_at", "write_output"]
+__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "STDOUT_SHOWN", "check_output_name", "exists_at",
+           "file_at", "names_stdout", "open_output_dir", "output_stream", "part_name", "prepare_output_dir",
+           "quiet_stdout", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "write_file_at",
+           "write_output"]

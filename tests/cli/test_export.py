@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from capsem_core._native import _blake3
-from capsem_core.outputs import export_name
+from capsem_core.export.names import export_name
 from oracles.archive_reader import archived_bodies
 
 from tests.bodies.conftest import write_blocks_ledger

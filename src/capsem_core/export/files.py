@@ -1,7 +1,7 @@
 """Every body of a ledger to a file of its own in a directory, plus a manifest: the plain export.
 
 Each verified body is written to ``DIR/{event_id}.{table}.{direction}.{blake3}`` (the name
-policy is ``capsem_core.outputs.export_name``: ledger strings reduced to a safe charset, the
+policy is ``capsem_core.export.names``: ledger strings reduced to a safe charset, the
 body's hash last; files are written through a descriptor of DIR, never through a link, and
 renamed into place whole; only a regular file is replaced), then ``manifest.jsonl`` (one JSON
 object per body: event_id, table, direction, content_type, hash, path relative to DIR)
@@ -21,9 +21,8 @@ import numpy as np
 
 from capsem_core._native import _blake3
 from capsem_core.bodies.body_index import BodyIndex
-from capsem_core.outputs import (
-    export_name, file_at, is_export_name, open_output_dir, regular_size_at, remove_stale_parts, write_file_at,
-)
+from capsem_core.export.names import export_name, is_export_name
+from capsem_core.outputs import file_at, open_output_dir, regular_size_at, remove_stale_parts, write_file_at
 from capsem_core.verify import BodyFault
 
 if TYPE_CHECKING:
