@@ -100,7 +100,8 @@ def test_scans_on_one_map_keep_a_window_of_the_file_not_the_tables(ledger: Path)
     # Between scans the map holds next to nothing of the file (without the windows: every page
     # of the tables read so far, and the neighbours the kernel mapped with them).
     assert max(got["left"]) <= LEFT_BOUND, got
-    assert got["grown"] <= FILE_BOUND + BATCHES, got
+    if not os.environ.get("CAPSEM_SANITIZE"):   # ASan's shadow memory and quarantine inflate RSS
+        assert got["grown"] <= FILE_BOUND + BATCHES, got
 
 
 def test_events_keeps_a_window_of_the_file_not_the_file(ledger: Path) -> None:
@@ -112,8 +113,10 @@ def test_events_keeps_a_window_of_the_file_not_the_file(ledger: Path) -> None:
     # The readers' windows and a page of events (1,000 rows, a few MB at most as Python objects).
     bound = FILE_BOUND + (24 << 20)
     assert size > 3 * bound   # a reader keeping what it read would break the bound
-    assert got.grown <= bound, (f"peak resident size grew {got.grown} bytes (anonymous {got.anon_at_peak}, "
-                                f"file {got.file_at_peak} at the peak) over a bound of {bound}")
+    # Under scripts/sanitize ASan's shadow memory inflates the anonymous part: the file's is held.
+    grown = got.file_at_peak if os.environ.get("CAPSEM_SANITIZE") else got.grown
+    assert grown <= bound, (f"peak resident size grew {got.grown} bytes (anonymous {got.anon_at_peak}, "
+                            f"file {got.file_at_peak} at the peak) over a bound of {bound}")
 
 
 def test_bounded_reads_read_what_unbounded_ones_read(ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
