@@ -209,8 +209,8 @@ def test_an_export_to_stdout_whose_reader_leaves_early_is_a_failure_not_a_succes
     proc.stdout.close()   # the reader leaves; the writer still has megabytes to write
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
-    assert err == "capsem-ledger export: stdout: the output standard output's reader closed it before the output " \
-                  "was whole\n", err
+    assert err == "capsem-ledger export: standard output: the output's reader closed it before the output was " \
+                  "whole\n", err
 
 
 def test_the_api_never_streams_an_output_to_a_terminal(ledger: Path) -> None:
@@ -219,4 +219,4 @@ def test_the_api_never_streams_an_output_to_a_terminal(ledger: Path) -> None:
         f"try:\n    Ledger({str(ledger)!r}).export_warc('-', level=0)\n"
         "except LedgerError as exc:\n    sys.exit(f'refused: {exc}')")])
     assert code == 1 and shown == b"", shown
-    assert err.decode().startswith("refused: stdout: standard output is a terminal"), err
+    assert err.decode().startswith("refused: standard output: it is a terminal"), err

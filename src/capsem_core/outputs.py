@@ -45,11 +45,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from capsem_core.errors import LedgerError, SymlinkRefused
-from capsem_core.paths import SESSION_BODIES, SESSION_DB, VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX, WRITER_LOCK_SUFFIX
+from capsem_core.paths import (
+    SESSION_BODIES, SESSION_DB, STDOUT_NAME, VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX, WRITER_LOCK_SUFFIX,
+)
 
 PathArg = os.PathLike[str] | str
 STDOUT = "-"
-STDOUT_SHOWN = "stdout"   # how an error names standard output
 PART_SUFFIX = ".part-"
 
 NAME_MAX = 255
@@ -267,8 +268,8 @@ def output_stream(path: PathArg, *, inputs: Sequence[PathArg] = ()) -> Iterator[
     before anything is created."""
     if names_stdout(path):
         if sys.stdout.isatty():
-            raise LedgerError("standard output is a terminal, which an output's raw bytes could drive: "
-                              "redirect it or name a file", STDOUT_SHOWN)
+            raise LedgerError("it is a terminal, which an output's raw bytes could drive: "
+                              "redirect it or name a file", STDOUT_NAME)
         out = sys.stdout.buffer
         try:
             yield out
@@ -276,8 +277,9 @@ def output_stream(path: PathArg, *, inputs: Sequence[PathArg] = ()) -> Iterator[
         except OSError as exc:
             if not (isinstance(exc, BrokenPipeError) or exc.filename is None and exc.errno in _WRITE_ERRNOS):
                 raise
-            quiet_stdout()
-            raise _into_failed(exc, "standard output", STDOUT_SHOWN) from None
+            # (What is still buffered for stdout is the command line's to discard: a library
+            # never rewires its caller's descriptors.)
+            raise _into_failed(exc, None, STDOUT_NAME) from None
         return
     raw, kind = _output_file(path)
     if kind != "file":
@@ -339,22 +341,13 @@ def _open_into(path: str, *, fifo: bool) -> int:
     return fd
 
 
-def _into_failed(exc: OSError, what: str, path: str) -> LedgerError:
-    """A failed write into a device, a FIFO or standard output, in one line naming it."""
+def _into_failed(exc: OSError, what: str | None, path: str) -> LedgerError:
+    """A failed write into a device or a FIFO (``what``), or standard output (None), in one
+    line naming it."""
+    subject = f"the output {what}" if what else "the output"
     if isinstance(exc, BrokenPipeError):
-        return LedgerError(f"the output {what}'s reader closed it before the output was whole", path)
-    return LedgerError(f"cannot write to the output {what}: {exc.strerror}", path)
-
-
-def quiet_stdout() -> None:
-    """Standard output's reader has gone (or its device failed): later writes, and the
-    interpreter's last flush, go nowhere instead of failing once more."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+        return LedgerError(f"{subject}'s reader closed it before the output was whole", path)
+    return LedgerError(f"cannot write to {subject}: {exc.strerror}", path)
 
 
 def _write_into(path: str, data: bytes | memoryview, *, fifo: bool) -> None:
@@ -486,7 +479,6 @@ def prepare_output_dir(path: PathArg, what: str = "directory") -> Path:
     return Path(path)
 
 
-__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "STDOUT_SHOWN", "check_output_name", "exists_at",
-           "file_at", "names_stdout", "open_output_dir", "output_stream", "part_name", "prepare_output_dir",
-           "quiet_stdout", "refuse_capsem_file", "regular_size_at", "remove_stale_parts", "write_file_at",
-           "write_output"]
+__all__ = ["CAPSEM_FILES", "PART_SUFFIX", "SIDECARS", "STDOUT", "check_output_name", "exists_at", "file_at",
+           "names_stdout", "open_output_dir", "output_stream", "part_name", "prepare_output_dir", "refuse_capsem_file",
+           "regular_size_at", "remove_stale_parts", "write_file_at", "write_output"]

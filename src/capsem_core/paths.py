@@ -21,6 +21,8 @@ SESSION_BODIES = "session.bodies"
 WRITER_LOCK_SUFFIX = "-writer.lock"
 # capsem-core's own file beside a home's main.db (sessions/vmnames.py), and its lock's suffix.
 VM_NAMES_FILE = "capsem-core-vm-names.json"
+# How an error names standard output when it is the file at fault.
+STDOUT_NAME = "standard output"
 VM_NAMES_LOCK_SUFFIX = ".lock"
 
 PathArg = os.PathLike[str] | str

@@ -219,6 +219,8 @@ def _main(argv: Sequence[str] | None) -> int:
         args._parser.error(str(exc))  # exit 2 after the usage line (and JSON with --json)
         raise  # unreachable: error() exits
     except LedgerError as exc:
+        if str(exc.path) == streams.STDOUT_NAME:
+            streams.discard_stdout()   # what is still buffered for it would fail again at exit
         return _fail(args, str(exc), exc.path)
     except BrokenPipeError as exc:
         if _stdout_gone():

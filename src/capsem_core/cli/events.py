@@ -34,7 +34,6 @@ from capsem_core.cli.errors import Terminated, UsageError
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, choose_tables
-from capsem_core.outputs import quiet_stdout
 
 if TYPE_CHECKING:   # the reader (numpy) loads when the command runs, not for --help
     from capsem_core.events import Event, EventPage
@@ -126,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 if state.done(args.limit) or stop():
                     break
     except BrokenPipeError:
-        quiet_stdout()
+        streams.discard_stdout()
         return 0
     except (KeyboardInterrupt, Terminated):
         state.report()
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         out.flush()
     except BrokenPipeError:
-        quiet_stdout()
+        streams.discard_stdout()
         return 0
     state.report()
     return 0

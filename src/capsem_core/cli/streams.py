@@ -19,12 +19,13 @@ import io
 import os
 import sys
 
+from capsem_core.paths import STDOUT_NAME
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 del TYPE_CHECKING
 
-STDOUT_NAME = "standard output"
 
 _own_stdout = False   # whether the stdout guarded is the process's own (descriptor 1)
 
