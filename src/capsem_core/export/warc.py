@@ -99,9 +99,9 @@ def write_warc(ledger: Ledger, out: BinaryIO, query: sources.Query, *, level: in
                                                _opening_fields(session, exported_at)))
     idx = ledger.index(threads=threads)
     name = session.encode("utf-8")
-    memo = warc_records.Memo()
+    memos = warc_records.Memos()
     for batch in ledger.body_batches(None, index=idx, errors="report", max_bytes=max_bytes, threads=threads):
-        walk = BatchRecords(batch, name, query, tally, memo)
+        walk = BatchRecords(batch, name, query, tally, memos)
         for start in range(0, len(batch), PART_RECORDS):
             heads, kept = walk.part(start, min(len(batch), start + PART_RECORDS))
             if kept:

@@ -64,6 +64,15 @@ class Memo:
         return got  # type: ignore[return-value]
 
 
+class Memos:
+    """The memos of one export, kept from batch to batch: header values (content types) and
+    record id parts (tables, directions)."""
+
+    def __init__(self) -> None:
+        self.header = Memo()
+        self.id_part = Memo(check=fields.id_part)
+
+
 def _text(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8", "surrogateescape")
 
@@ -91,7 +100,7 @@ class BatchRecords:
     other row of it in ``tally`` under its reason."""
 
     def __init__(self, batch: BodyBatch, session: bytes, query: sources.Query, tally: Tally,
-                 memo: Callable[[bytes | None], bytes | None] | None = None) -> None:
+                 memos: Memos | None = None) -> None:
         self.batch = batch
         self.session = session
         self.query = query
@@ -101,12 +110,11 @@ class BatchRecords:
         self.tables = column_bytes(rows.source_table)
         self.directions = column_bytes(rows.direction)
         self.content_types = column_bytes(rows.content_type)
-        self.memo = memo if memo is not None else Memo()
+        self.memos = memos if memos is not None else Memos()
         self.faults = {int(f.row_id): f for f in batch.findings if f.row_id is not None}
         # Each row's event_id as its header bytes (None: no record id can carry it), and the
         # first row of each event in its table, for the rows a record id can name.
         self.named: list[bytes | None] = [fields.id_part(e) if e is not None else None for e in self.event_ids]
-        self.id_memo = Memo(check=fields.id_part)
         wanted: dict[str, set[str]] = {}
         for raw, table in zip(self.named, self.tables):
             name = None if table is None else _text(table)
@@ -120,7 +128,7 @@ class BatchRecords:
 
     def part(self, start: int, end: int) -> tuple[list[bytes], list[int]]:
         """Header blocks of the records of rows [start, end) that are written, and their rows."""
-        batch, rows, memo = self.batch, self.batch.rows, self.memo
+        batch, rows, memo, id_memo = self.batch, self.batch.rows, self.memos.header, self.memos.id_part
         ids = rows.id[start:end].tolist()
         # The source rows of this part, one query per table; the archive times of its
         # tool_responses bodies.
@@ -147,7 +155,6 @@ class BatchRecords:
         heads: list[bytes] = []
         kept: list[int] = []
         for k, i in enumerate(range(start, end)):
-            id_memo = self.id_memo
             event_id, table, direction = self.named[i], id_memo(self.tables[i]), id_memo(self.directions[i])
             if event_id is None or table is None or direction is None:
                 field = KEY_FIELDS[(event_id, table, direction).index(None)]
@@ -197,4 +204,4 @@ class BatchRecords:
         return heads, kept
 
 
-__all__ = ["BatchRecords", "KEY_FIELDS", "Memo", "column_bytes"]
+__all__ = ["BatchRecords", "KEY_FIELDS", "Memo", "Memos", "column_bytes"]
