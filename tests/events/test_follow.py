@@ -4,6 +4,7 @@ nothing until a commit."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -110,8 +111,11 @@ def test_a_follower_whose_ledger_is_removed_says_so_instead_of_waiting_forever(t
 
     directory = tmp_path / "gone"
     write_mixed(directory, 10)
+    polls = itertools.count()
     with Ledger(directory) as ledger:
-        pages = ledger.follow(limit=50, poll=0.001)
+        # Should the removal go unseen, the follower stops after many polls (a count, not a
+        # clock): the test then fails on StopIteration instead of hanging.
+        pages = ledger.follow(limit=50, poll=0.001, stop=lambda: next(polls) > 20_000)
         assert len(next(pages).events) == 10   # caught up: the next page waits on a commit
         shutil.rmtree(directory)
         with pytest.raises(LedgerError, match="removed or replaced while it was followed"):
@@ -129,6 +133,11 @@ def test_the_command_line_follower_of_a_removed_ledger_ends_in_one_line_with_its
     lines = [proc.stdout.readline() for _ in range(10)]   # every event is out: it waits now
     assert all(line.startswith("{") for line in lines)
     shutil.rmtree(directory)
-    err = proc.stderr.read()
-    assert proc.wait(timeout=120) == 1
+    try:   # a follower that misses the removal would wait forever: end it, and fail
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("the follower of a removed ledger was still waiting after 600 s") from None
+    assert proc.returncode == 1
     assert err.startswith("cursor: ev1.") and err.count("\n") == 2 and "removed or replaced" in err, err
