@@ -23,8 +23,9 @@ Two groups, on small-mix samples (``conftest.sample_ledger``, cached in $CAPSEM_
   (target ``cold_target``, 1.2). The same rounds once more on the small sample with the
   bodies' verification started as the archive walk returns, from the index saved while warm
   (``oracles/verify_ahead.py``): not a target, the bound of what a verification streamed
-  beside the body index's pass could gain. Skipped, saying so, where the cache cannot be
-  dropped.
+  beside the body index's pass could gain; and again with session.bodies read ahead before
+  session.db, the bound of any verification inside the stream. Skipped, saying so, where the
+  cache cannot be dropped.
 
 Every record also carries the load average before and after (``load_before``,
 ``load_after``): the machine is shared, so read ratios with it. ``test_scale_report`` prints
@@ -67,10 +68,15 @@ _cold: dict[str, dict[str, Any]] = {}
 pytestmark = pytest.mark.skipif(not STATUS.exists(), reason="no /proc/self/status: the resident size cannot be read")
 
 
-def _check(db: Path, ahead: Path | None = None) -> Measured:
+def _check(db: Path, ahead: Path | None = None, bodies_first: bool = False) -> Measured:
     """One measured check; ``ahead``: an index saved by oracles/verify_ahead.py, whose
-    verification then starts as the archive walk returns (the bound, see the module)."""
-    env, preload = ({verify_ahead.ENV: str(ahead)}, (*PRELOAD, "oracles.verify_ahead")) if ahead else (None, PRELOAD)
+    verification then starts as the archive walk returns (the bound, see the module), and
+    with ``bodies_first`` the read-ahead takes session.bodies before session.db."""
+    env: dict[str, str] | None = None
+    preload = PRELOAD
+    if ahead is not None:
+        env = {verify_ahead.ENV: str(ahead), **({verify_ahead.BODIES_FIRST: "1"} if bodies_first else {})}
+        preload = (*PRELOAD, "oracles.verify_ahead")
     got = measured(["check", "--db", str(db), "--verify-bodies", "--json"], env=env, preload=preload, timeout=3600)
     assert got.status == 0, got.stdout[-2000:] + got.stderr[-2000:]
     return got
@@ -138,7 +144,7 @@ def _cat(db: Path) -> float:
     return time.perf_counter() - start
 
 
-def _cold_rounds(benchmark, db: Path, ahead: Path | None = None) -> dict[str, Any]:
+def _cold_rounds(benchmark, db: Path, ahead: Path | None = None, bodies_first: bool = False) -> dict[str, Any]:
     """COLD_ROUNDS rounds of: a warm check, ``cat`` of the pair from a dropped cache, then the
     check from a dropped cache (the benchmarked call); the medians and the ratio."""
     cold: list[Measured] = []
@@ -153,7 +159,8 @@ def _cold_rounds(benchmark, db: Path, ahead: Path | None = None) -> dict[str, An
         _drop_caches()
 
     load_before = os.getloadavg()[0]
-    benchmark.pedantic(lambda: cold.append(_check(db, ahead)), setup=setup, rounds=COLD_ROUNDS, iterations=1)
+    benchmark.pedantic(lambda: cold.append(_check(db, ahead, bodies_first)), setup=setup, rounds=COLD_ROUNDS,
+                       iterations=1)
     info = {"bodies": _bodies(db), "db_bytes": db.stat().st_size, "bodies_bytes": db.with_suffix(".bodies").stat().st_size,
             "rounds": len(cold), "cold_check_s": round(_median(cold, "wall_s"), 4),
             "warm_check_s": round(_median(warm_runs, "wall_s"), 4), "cold_cat_s": round(statistics.median(cats), 4),
@@ -179,6 +186,22 @@ def test_cold_check_verifying_from_the_walk(benchmark, tmp_path: Path) -> None:
     saved = tmp_path / "index.npz"
     verify_ahead.save_index(db, saved)
     _cold["small, verified from the walk (bound)"] = _cold_rounds(benchmark, db, ahead=saved)
+
+
+@pytest.mark.benchmark(group="check-cold")
+def test_cold_check_verifying_beside_the_stream(benchmark, tmp_path: Path) -> None:
+    """The bound of any verification inside the stream: as the bound above, with the
+    read-ahead taking session.bodies (52 MB here) before session.db, so the archive walk
+    returns near the start and the saved index's verification runs beside the stream of
+    session.db rather than after it. Not a target either."""
+    db = sample_ledger("small", bodies=1_000_000)
+    why = _can_drop_caches()
+    if why is not None:
+        pytest.skip(why)
+    saved = tmp_path / "index.npz"
+    verify_ahead.save_index(db, saved)
+    _cold["small, verified beside the stream, bodies first (bound)"] = _cold_rounds(benchmark, db, ahead=saved,
+                                                                                     bodies_first=True)
 
 
 @pytest.mark.benchmark(group="check-cold")
