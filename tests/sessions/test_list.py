@@ -8,6 +8,9 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,8 @@ import pytest
 from capsem_core import sessions as S
 from capsem_core.cli import list as list_command
 from capsem_core.cli import sessions as forms
-from capsem_core.sessions import listing
-from capsem_core.errors import SchemaMismatch
+from capsem_core.sessions import listing, vmnames
+from capsem_core.errors import LedgerError, LedgerWarning, SchemaMismatch
 from capsem_core.format import pack_file_header
 from tests.sessions.test_sessions import home, old_main_db, register, write_ledger  # noqa: F401  (home is a fixture)
 
@@ -397,3 +400,57 @@ def test_json_has_every_column_raw_and_formatted(six: S.Home) -> None:
                 "total_output_tokens", "total_tool_calls", "total_file_events"):
         assert isinstance(o[key], int)
     assert o["mode"] == "cli" and o["storage_mode"] == "block" and o["name"] is None
+
+
+# --- a hostile home: what stands where main.db and the VM name links belong -----------------------
+
+def _cli(home: S.Home, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The command in a real process; the timeout only keeps a regression from hanging the suite."""
+    env = {**os.environ, "CAPSEM_HOME": str(home.home)}
+    env.pop("CAPSEM_RUN_DIR", None)
+    return subprocess.run([sys.executable, "-m", "capsem_core", *argv], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("argv, code", [(("list",), 1), (("check",), 1), (("check", "--all"), 0),
+                                        (("check", "--all", "--strict"), 1)])
+def test_a_fifo_where_main_db_belongs_is_refused_in_one_line_never_waited_on(home: S.Home, argv: tuple[str, ...],
+                                                                             code: int) -> None:
+    """SQLite opens a FIFO and waits for a writer, retrying through Ctrl-C and SIGTERM: every
+    reader of main.db refuses anything but a regular file before it connects (``check --all``
+    reports it as an unreadable main.db, a warning unless ``--strict``)."""
+    write_ledger(home.sessions_root / "s1")
+    home.main_db.parent.mkdir(parents=True)
+    os.mkfifo(home.main_db)
+    done = _cli(home, *argv)
+    assert done.returncode == code, done
+    assert "main.db is not a regular file" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+    assert stat.S_ISFIFO(os.lstat(home.main_db).st_mode)
+
+
+def test_a_directory_where_main_db_belongs_is_named_as_not_a_regular_file(home: S.Home) -> None:
+    home.main_db.mkdir(parents=True)
+    with pytest.raises(LedgerError, match="main.db is not a regular file$") as err:
+        S.open_main_db(home.main_db)
+    assert err.value.path == home.main_db
+
+
+def test_a_fifo_where_the_vm_name_links_belong_is_ignored_with_a_warning(home: S.Home) -> None:
+    register(home, "s1", "2026-03-01T10:00:00Z")
+    os.mkfifo(vmnames.sidecar_path(home.main_db))
+    done = _cli(home, "list")
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines()[2].startswith("s1 ")
+    assert done.stderr.splitlines() == [
+        f"capsem-ledger: warning: {vmnames.sidecar_path(home.main_db)}: ignoring VM name links: not a regular file"]
+
+
+def test_vm_name_links_nested_too_deeply_for_the_decoder_are_ignored_not_a_traceback(home: S.Home) -> None:
+    register(home, "s1", "2026-03-01T10:00:00Z")
+    vmnames.sidecar_path(home.main_db).write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.warns(LedgerWarning, match="ignoring damaged VM name links \\(not JSON: nested too deeply\\)"):
+        assert vmnames.read_links(home.main_db) == {}
+    done = _cli(home, "list")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done
+    assert ids(done.stdout) == ["s1"]

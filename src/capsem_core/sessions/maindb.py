@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -178,8 +179,15 @@ def open_main_db(path: os.PathLike[str] | str, *, readonly: bool = True,
     put in WAL mode, as Capsem opens it; nothing else about the file is changed."""
     path = Path(path)
     refuse_symlink(path, "main.db")
-    if not path.exists():
-        raise LedgerError(f"main.db not found at {path}")
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise LedgerError(f"main.db not found at {path}") from None
+    except OSError as exc:
+        raise LedgerError(f"cannot stat main.db: {exc.strerror or exc}", path) from None
+    if not stat.S_ISREG(mode):
+        # SQLite would open a FIFO and wait for a writer, retrying through every signal.
+        raise LedgerError("main.db is not a regular file", path)
     conn = connect(path, readonly=readonly)
     try:
         have = require_columns(conn, path, need)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -56,6 +57,10 @@ def _parse(raw: bytes, path: Path) -> dict[str, str]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         warn(f"{path}: ignoring damaged VM name links (not JSON: {exc})")
         return {}
+    except RecursionError:
+        # A small file of nested brackets exhausts the decoder's stack: as damaged as any.
+        warn(f"{path}: ignoring damaged VM name links (not JSON: nested too deeply)")
+        return {}
     if (not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT
             or doc.get("version") != SIDECAR_VERSION or not isinstance(doc.get("names"), dict)):
         warn(f"{path}: ignoring VM name links: not a {SIDECAR_FORMAT} version {SIDECAR_VERSION} file")
@@ -76,7 +81,8 @@ def read_links(main_db: os.PathLike[str] | str) -> dict[str, str]:
     """``{name: session id}`` from the sidecar; empty when it is missing or damaged."""
     path = sidecar_path(main_db)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: a FIFO put where the file belongs would block the open until a writer came.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -84,6 +90,9 @@ def read_links(main_db: os.PathLike[str] | str) -> dict[str, str]:
         return {}
     try:
         with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                warn(f"{path}: ignoring VM name links: not a regular file")
+                return {}
             raw = fh.read(MAX_SIDECAR_BYTES + 1)
     except OSError as exc:
         warn(f"{path}: ignoring VM name links: {exc.strerror or exc}")
