@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tests.check.test_check import _bytes, run_cli, sql, write_ledger
 from tests.check.test_check_archive import flip
@@ -361,6 +362,36 @@ def test_a_record_from_the_future_is_not_recent(ledger: Path) -> None:
     t0 = 1_800_000_000.0
     incremental(ledger, now=t0)
     report = incremental(ledger, now=t0 - DAY, max_age=7 * DAY)
+    assert report.coverage.verified.blocks == len(blocks(ledger))
+
+
+def _forge_verified_at(path: Path, value: int) -> None:
+    """Every entry's verified_at set to ``value``, the record re-sealed (its digest holds)."""
+    def mutate(d: bytearray) -> None:
+        count = struct.unpack_from("<Q", d, _record.HEADER_BYTES - 8)[0]
+        entries = np.frombuffer(bytes(d), dtype=_record.ENTRY, count=count, offset=_record.HEADER_BYTES).copy()
+        entries["verified_at"] = value
+        d[_record.HEADER_BYTES:_record.HEADER_BYTES + entries.nbytes] = entries.tobytes()
+    _rewrite(path, mutate)
+
+
+@pytest.mark.parametrize("value", [2**62, 2**63 - 1, -1, -2**62, -2**63])
+@pytest.mark.parametrize("argv", [[], ["--json"], ["--max-age", "1d"]])
+def test_a_record_whose_verification_times_no_clock_gives_is_ignored_in_one_line(
+        ledger: Path, records: Path, capsys, value: int, argv: list[str]) -> None:
+    """Before, such a time failed the whole check with "Value too large for defined data
+    type" naming nothing (it was shown as a date), and -2**63 wrapped ``now - verified_at``
+    so --max-age took the block for recent."""
+    incremental(ledger)
+    path = record_file(records)
+    _forge_verified_at(path, value)
+    code, out, err = run_cli(capsys, "--db", str(ledger), "--verify-bodies", "--incremental", *argv)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"verification record {path} ignored: it is damaged (a verification time is out of range)" in (
+        json.loads(out)["coverage"]["record"]["warning"] if argv == ["--json"] else out)
+    _forge_verified_at(path, value)
+    report = incremental(ledger, max_age=DAY)
+    assert report.sound and report.coverage.unchanged.blocks == 0
     assert report.coverage.verified.blocks == len(blocks(ledger))
 
 

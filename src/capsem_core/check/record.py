@@ -42,6 +42,9 @@ VERSION = 1
 ENTRY = np.dtype([("block_offset", "<i8"), ("disk_len", "<i8"), ("raw_len", "<i8"), ("bodies", "<i8"),
                   ("verified_at", "<i8"), ("disk_hash", "u1", (32,)), ("segments", "u1", (32,)),
                   ("rows", "u1", (32,))])
+# The latest verification time a record may hold (seconds since the epoch): 9999-12-31
+# 23:59:59 UTC, the last second a date can show.
+LATEST_VERIFIED_AT = 253402300799
 _HEADER = struct.Struct("<8sII4QQ32sQ")
 HEADER_BYTES = _HEADER.size
 DIGEST_BYTES = 32
@@ -163,6 +166,11 @@ def load(path: Path, identity: Callable[[int], Identity], max_blocks: int) -> tu
     if count and (off[0] < FILE_HEADER_BYTES or np.any(off[1:] <= off[:-1]) or np.any(entries["disk_len"] < 0)
                   or np.any(entries["raw_len"] < 0) or np.any(entries["bodies"] < 0)):
         return None, "is damaged (its blocks are out of order or out of range)"
+    when = entries["verified_at"]
+    if count and (np.any(when < 0) or np.any(when > LATEST_VERIFIED_AT)):
+        # A time no clock gives: shown as a date it cannot be, and ``now - verified_at``
+        # would wrap past int64 and make a block verified "long ago" look recent to --max-age.
+        return None, "is damaged (a verification time is out of range)"
     return Record(recorded, entries), None
 
 
