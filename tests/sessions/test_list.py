@@ -454,3 +454,23 @@ def test_vm_name_links_nested_too_deeply_for_the_decoder_are_ignored_not_a_trace
     done = _cli(home, "list")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done
     assert ids(done.stdout) == ["s1"]
+
+
+def test_text_in_main_db_that_is_not_utf8_is_listed_escaped_never_an_error(home: S.Home, probe: int) -> None:
+    """SQLite keeps TEXT that is not UTF-8 (its checks call it sound); one such row failed the
+    whole list ("Could not decode to UTF-8"). It is read as its bytes, shown escaped, kept as
+    surrogates in JSON, and --with-db pages past it with its exact bytes."""
+    register(home, "s1", "2026-03-01T10:00:00Z")
+    register(home, "s2", "2026-03-02T10:00:00Z")
+    pair(home.sessions_root / "s1")
+    conn = sqlite3.connect(home.main_db)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, mode, status, created_at) VALUES "
+                     "(CAST(X'6162ff1b5b33316d' AS TEXT), 'x', CAST(X'73746f70ff' AS TEXT), '2026-03-03T10:00:00Z')")
+    conn.close()
+    code, out, err = run()
+    assert (code, err) == (0, "")
+    assert ids(out) == ["ab\\udcff\\x1b[31m", "s2", "s1"]
+    assert "\x1b" not in out
+    assert json.loads(run("--json")[1])[0]["id"] == "ab\udcff\x1b[31m"
+    assert ids(run("--with-db", "-n", "1")[1]) == ["s1"]   # probe1: the keyset starts at that row

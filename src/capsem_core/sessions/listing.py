@@ -81,6 +81,18 @@ def _where(flt: ListFilter) -> tuple[list[str], list[object]]:
     return conds, params
 
 
+def _bound(value: object) -> tuple[str, object]:
+    """The placeholder and parameter that give back ``value`` as it was read: a str holding
+    surrogates (TEXT that is not UTF-8, read by ``db.exact_text``) cannot be bound as a str,
+    so its exact bytes are bound and cast back to TEXT."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "CAST(? AS TEXT)", value.encode("utf-8", "surrogateescape")
+    return "?", value
+
+
 # How many of the newest matching rows --with-db checks one by one before it reads the
 # ledger directories instead: most lists end here, and a scan costs a directory read.
 _WITH_DB_PROBE_ROWS = 256
@@ -150,9 +162,10 @@ def list_sessions(flt: ListFilter, *, home: Home | os.PathLike[str] | str | None
         # stands for its linked id, or for itself when the VM is named by its id.
         ids = set(_directory_names(layout.sessions_root))
         ids.update(links.get(n, n) for n in _directory_names(layout.persistent_root))
-        rest = "".join(f" AND {c}" for c in conds) + " AND (+s.created_at, +s.id) < (?, ?)"
+        (at_sql, at), (id_sql, sid) = _bound(last[0]), _bound(last[1])
+        rest = "".join(f" AND {c}" for c in conds) + f" AND (+s.created_at, +s.id) < ({at_sql}, {id_sql})"
         sql = f"{select} WHERE s.id IN (SELECT value FROM json_each(?)){rest}{order}"
-        for raw in conn.execute(sql, (json.dumps(sorted(ids)), *params, *last)):
+        for raw in conn.execute(sql, (json.dumps(sorted(ids)), *params, at, sid)):
             if take(raw):
                 break
         return out

@@ -127,7 +127,11 @@ def now_text() -> str:
 def connect(path: Path, *, readonly: bool, create: bool = False) -> sqlite3.Connection:
     """main.db through the one connection policy (``capsem_core.db``), in autocommit mode."""
     if readonly:
-        return db.connect_readonly(path, isolation_level=None, check_same_thread=True)
+        conn = db.connect_readonly(path, isolation_level=None, check_same_thread=True)
+        # A TEXT value that is not UTF-8 (SQLite stores what it is given) would fail the
+        # whole read; it is read as its exact bytes, and shown escaped.
+        conn.text_factory = db.exact_text
+        return conn
     # SQLite opens a file it cannot write read-only, and its first write then fails as
     # "unable to open database file" or "readonly database": said here plainly instead.
     if os.path.exists(path) and not (os.access(path, os.W_OK) and db.directory_writable(path.parent)):
