@@ -385,6 +385,34 @@ def test_list_reads_a_home_on_read_only_media(base, kind, nobody):
         assert snapshot(d) == before
 
 
+@pytest.mark.parametrize("kind", MEDIA)
+def test_a_fifo_where_a_wal_belongs_on_read_only_media_is_refused_never_waited_on(base, kind, nobody):
+    """On read-only media the plan reads the -wal's frame headers itself; a FIFO there blocked
+    that open until a writer came (check and check --all hung). It is refused in one
+    line naming it; the timeout of ``_run`` only keeps a regression from hanging the suite."""
+    home = base / "home"
+    h = sessions.Home(home, home / "run")
+    ledger = h.sessions_root / SESSION_ID
+    write_sample(ledger, bodies=10)
+    sessions.create_main_db(h.main_db)
+    sessions.register_session(h.main_db, SESSION_ID)
+    conn = sqlite3.connect(ledger / "session.db")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    for sidecar in ("session.db-wal", "session.db-shm"):
+        (ledger / sidecar).unlink(missing_ok=True)
+    os.mkfifo(ledger / "session.db-wal")
+    with on_medium(kind, home, nobody) as (d, run):
+        before = snapshot(d)
+        env = {"CAPSEM_HOME": str(d), "CAPSEM_RUN_DIR": str(d / "run")}
+        wal = d / "run" / "sessions" / SESSION_ID / "session.db-wal"
+        for args in (("check", "--db", str(wal.parent / "session.db")), ("check", SESSION_ID)):
+            done = run(_cli(*args), env=env)
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done
+            assert f"{wal}: not a regular file" in done.stdout + done.stderr, done
+        assert snapshot(d) == before
+
+
 # --- the plan itself ----------------------------------------------------------------------------
 
 def test_a_writable_directory_keeps_sqlites_ordinary_reader(tmp_path):

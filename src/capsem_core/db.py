@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import struct
 from typing import Literal, NamedTuple
 
@@ -129,8 +130,18 @@ def wal_state(wal_path: PathArg) -> WalState | None:
     """
     wal_path = os.fspath(wal_path)
     try:
-        with open(wal_path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # O_NONBLOCK: a FIFO where the -wal belongs would block the open until a writer came.
+        fd = os.open(wal_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LedgerError(f"cannot read: {exc.strerror}", wal_path) from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise LedgerError("not a regular file: a -wal beside a database must be one", wal_path)
+            size = st.st_size
             header = f.read(_WAL_HEADER)
             if len(header) < _WAL_HEADER:
                 return WalState(wal_path, 0, 0)
@@ -152,8 +163,6 @@ def wal_state(wal_path: PathArg) -> WalState | None:
                 frames += 1
                 if db_size:
                     commits += 1
-    except FileNotFoundError:
-        return None
     except OSError as exc:
         raise LedgerError(f"cannot read: {exc.strerror}", wal_path) from None
     return WalState(wal_path, frames, commits)
