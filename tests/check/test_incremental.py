@@ -528,3 +528,11 @@ def test_a_record_path_that_is_not_a_regular_file_is_left_alone_and_said(ledger:
     assert report.coverage.record == "not written"
     assert "is a FIFO; refusing to replace it" in (report.coverage.warning or "")
     assert stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+def test_a_relative_xdg_cache_home_is_ignored_so_records_never_follow_the_current_directory(tmp_path: Path) -> None:
+    home_cache = Path.home() / ".cache" / "capsem-core" / "verified"
+    assert _record.record_dir({"XDG_CACHE_HOME": "cache"}) == home_cache
+    assert _record.record_dir({"XDG_CACHE_HOME": ""}) == home_cache
+    assert _record.record_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "capsem-core" / "verified"
+    assert _record.record_dir({"XDG_CACHE_HOME": "cache", "CAPSEM_CORE_VERIFIED_DIR": str(tmp_path)}) == tmp_path

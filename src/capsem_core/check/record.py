@@ -1,8 +1,8 @@
 """The verification record: what ``--incremental`` remembers of a ledger between runs.
 
 One small file per ledger in the user's cache (``$CAPSEM_CORE_VERIFIED_DIR``, else
-``$XDG_CACHE_HOME/capsem-core/verified``, else ``~/.cache/capsem-core/verified``), never
-beside the ledger: reading a ledger writes nothing to it. The file is named after the
+``$XDG_CACHE_HOME/capsem-core/verified`` where that is absolute, else
+``~/.cache/capsem-core/verified``), never beside the ledger: reading a ledger writes nothing to it. The file is named after the
 archive's absolute path and holds the ledger's identity and, per verified block, its extent,
 a fingerprint of its on-disk bytes and segment hashes, a digest of the index rows that name
 it, and when it was verified: bytes per block, not per body.
@@ -97,7 +97,10 @@ def record_dir(environ: dict[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(RECORD_DIR_ENV):
         return Path(env[RECORD_DIR_ENV])
-    cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    # The XDG base directory rules: a relative XDG_CACHE_HOME is invalid and ignored (else the
+    # records would follow the current directory, and the next run would find none).
+    xdg = env.get("XDG_CACHE_HOME", "")
+    cache = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
     return cache / "capsem-core" / "verified"
 
 
