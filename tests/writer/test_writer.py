@@ -445,6 +445,21 @@ def test_a_ledger_from_an_older_build_is_refused_by_name(tmp_path):
     assert (tmp_path / "session.db").read_bytes() == before
 
 
+def test_a_sqlite_file_that_is_no_ledger_is_refused_exactly_as_it_was_found(tmp_path):
+    """Another program's database named session.db: refused before the writer's PRAGMAs, so its
+    journal mode (the file header's bytes 18-19) is not switched to WAL on the way out."""
+    db = tmp_path / "session.db"
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('not a ledger');")
+    conn.close()
+    before = db.read_bytes()
+    with pytest.raises(SchemaMismatch, match=r"session\.db.*not a Capsem session ledger"):
+        LedgerWriter(tmp_path)
+    assert db.read_bytes() == before
+    assert not (tmp_path / "session.db-wal").exists() and not (tmp_path / "session.bodies").exists()
+    assert before[18:20] == b"\x01\x01"  # a rollback-journal file; WAL would make it 2, 2
+
+
 def test_an_index_naming_bytes_past_the_archive_stores_no_bodies_and_leaves_the_file_alone(tmp_path):
     with LedgerWriter(tmp_path) as w:
         w.insert("net_events", net_row(1), [Body("request", os.urandom(2000), "http.request")])

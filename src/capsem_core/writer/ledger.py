@@ -16,6 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from capsem_core import db, schema
 from capsem_core.errors import LedgerError, RowRejected, SchemaMismatch
@@ -33,6 +34,7 @@ __all__ = ["LedgerWriter"]
 
 _LOCK_RETRY_SECONDS = 0.02
 _OPEN_RETRIES = 50
+_T = TypeVar("_T")
 
 
 def _ledger_directory(path: os.PathLike[str] | str) -> Path:
@@ -46,31 +48,45 @@ def _ledger_directory(path: os.PathLike[str] | str) -> Path:
     return p
 
 
+def _retrying(step: Callable[[], _T]) -> _T:
+    """``step()``, retried while SQLite says the file is locked or busy (Capsem's 50 x 20 ms)."""
+    for attempt in range(_OPEN_RETRIES):
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if attempt + 1 == _OPEN_RETRIES or not ("locked" in str(e) or "busy" in str(e)):
+                raise
+            time.sleep(_LOCK_RETRY_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def _configure(conn: sqlite3.Connection, durable: bool) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {'NORMAL' if durable else 'OFF'}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA mmap_size = 268435456")
+    # Large flushes touch many index pages; a bigger cache keeps them warm.
+    conn.execute("PRAGMA cache_size = -65536")
+
+
 def _connect(db_path: Path, durable: bool = True) -> sqlite3.Connection:
-    """The writer's connection: WAL, the schema created when the file is new, then checked.
-    ``durable=False``: SQLite syncs nothing until the writer closes (see LedgerWriter)."""
+    """The writer's connection: a file that is not new checked first, then WAL, then the
+    schema created when the file is new. ``durable=False``: SQLite syncs nothing until the
+    writer closes (see LedgerWriter)."""
     # Background flushes commit from a worker thread, one at a time, never concurrently
     # with the owner's use of the connection.
     conn = db.connect_readwrite(db_path, create=True, check_same_thread=False)
     try:
-        for attempt in range(_OPEN_RETRIES):
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {db.busy_timeout_ms()}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute(f"PRAGMA synchronous = {'NORMAL' if durable else 'OFF'}")
-                conn.execute("PRAGMA foreign_keys = ON")
-                conn.execute("PRAGMA mmap_size = 268435456")
-                # Large flushes touch many index pages; a bigger cache keeps them warm.
-                conn.execute("PRAGMA cache_size = -65536")
-                fresh = conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
-                break
-            except sqlite3.OperationalError as e:
-                if attempt + 1 == _OPEN_RETRIES or not ("locked" in str(e) or "busy" in str(e)):
-                    raise
-                time.sleep(_LOCK_RETRY_SECONDS)
+        conn.execute(f"PRAGMA busy_timeout = {db.busy_timeout_ms()}")
+        fresh = _retrying(lambda: conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0)
+        if not fresh:
+            # Before any PRAGMA that writes (journal_mode = WAL rewrites the file header): a
+            # SQLite file that is not a ledger is refused exactly as it was found.
+            schema.check_schema(conn, db_path)
+        _retrying(lambda: _configure(conn, durable))
         if fresh:
             schema.create_schema(conn, db_path)
-        schema.check_schema(conn, db_path)
+            schema.check_schema(conn, db_path)
     except sqlite3.DatabaseError as e:
         conn.close()
         if "not a database" in str(e):
