@@ -179,6 +179,30 @@ def test_writer_busy_says_the_lock_is_never_stale_and_must_not_be_deleted(tmp_pa
     assert info.value.path == tmp_path / "session.db"
 
 
+@pytest.mark.parametrize("timeout", ["float('nan')", "-1", "'1'", "None"])
+def test_a_lock_timeout_that_is_no_wait_is_refused_before_anything_is_made(tmp_path, timeout):
+    """NaN compares false with every deadline: a busy ledger was waited on for ever. Run in a
+    child process, so that a wait that never ends fails the test rather than hanging it."""
+    held = LedgerWriter(tmp_path / "held")
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(SRC)!r})
+        from capsem_core.writer import LedgerWriter
+        for directory in sys.argv[1:]:
+            try:
+                LedgerWriter(directory, lock_timeout={timeout})
+            except (TypeError, ValueError) as e:
+                print(type(e).__name__, e)
+        """)
+    try:
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "held"), str(tmp_path / "new")],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    finally:
+        held.close()
+    assert out.count("lock_timeout must be") == 2, out
+    assert not (tmp_path / "new").exists()
+
+
 def test_writer_lock_lost_is_a_writer_busy():
     assert issubclass(WriterLockLost, WriterBusy) and issubclass(WriterLockLost, LedgerError)
 

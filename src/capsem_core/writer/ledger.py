@@ -26,7 +26,7 @@ from capsem_core.writer import flush
 from capsem_core.writer.archive import BodyArchiveWriter, codec_id
 from capsem_core.writer.dedup import CommittedSpans
 from capsem_core.writer.flush import Job, Pending
-from capsem_core.writer.lock import WriterLock, require_own_file
+from capsem_core.writer.lock import WriterLock, lock_wait, require_own_file
 from capsem_core.writer.rows import ROWS_PER_STATEMENT, Body, Stamper, Tables
 from capsem_core.writer.staging import Counts, Staging
 
@@ -138,6 +138,7 @@ class LedgerWriter:
                  flush_rows: int = 50_000, flush_bytes: int = 64 << 20,
                  lock_timeout: float = 1.0, durable: bool = True) -> None:
         self._codec = codec_id(codec)
+        lock_timeout = lock_wait(lock_timeout)
         self._clock = clock if clock is not None else time.time
         self._on_close = on_close
         self._flush_rows = max(1, flush_rows)

@@ -19,12 +19,22 @@ from pathlib import Path
 from capsem_core.errors import LedgerError, SymlinkRefused, WriterBusy, WriterLockLost
 from capsem_core.paths import refuse_symlink, require_regular_file, writer_lock_path
 
-__all__ = ["WriterLock", "busy_message", "require_own_file"]
+__all__ = ["WriterLock", "busy_message", "lock_wait", "require_own_file"]
 
 _RETRY_SECONDS = 0.02
 # A lock file replaced between our open and our flock is retried; this many in a row means
 # something keeps replacing it, and waiting longer would not help.
 _REPLACED_RETRIES = 20
+
+
+def lock_wait(timeout: object) -> float:
+    """``lock_timeout`` as seconds to wait for a closing writer: 0 or more (``inf``: for ever).
+    NaN is refused with the rest: every comparison with it is false, so the wait never ended."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"lock_timeout must be a number of seconds, not {type(timeout).__name__}")
+    if not timeout >= 0:
+        raise ValueError(f"lock_timeout must be 0 or more seconds, not {timeout!r}")
+    return float(timeout)
 
 
 def require_own_file(path: Path, what: str) -> None:
