@@ -1,5 +1,6 @@
 """What the writer takes from its caller, where a mistake used to cost data silently: a body as
-a memoryview of wider items, two bodies of one row in one direction, a text with a lone
+a memoryview of wider items, a body field of a type Capsem never binds, two bodies of one row
+in one direction, a text with a lone
 surrogate (as Event.row hands out bytes that were not UTF-8), a writer dropped without
 close(), and ``delete_ledger("")``."""
 
@@ -35,6 +36,24 @@ def test_a_flat_byte_view_is_written_and_reads_back(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l") as ledger:
         assert ledger.read_body(eid(1), "net_events", "request") == data
         assert ledger.verify().faults == []
+
+
+@pytest.mark.parametrize("field", [{"content_type": b"text/plain"}, {"content_type": 5},
+                                   {"original_bytes": float("inf")}, {"original_bytes": 12.5},
+                                   {"original_bytes": "5"}, {"original_bytes": True}, {"original_bytes": 1 << 63},
+                                   {"original_bytes": -1}])
+def test_a_body_field_capsem_would_never_bind_is_refused_at_insert(tmp_path: Path, field: dict[str, object]) -> None:
+    """event_body_blobs is not STRICT and the writer's rows skip its CHECKs: a bytes content
+    type was stored as a BLOB, an infinite original size as a REAL (a string one was a bare
+    TypeError, 2**63 a row rejected at commit after its bytes were archived)."""
+    with LedgerWriter(tmp_path / "l") as w:
+        with pytest.raises(ValueError, match="^a body's (content_type|original_bytes) must be"):
+            w.insert("net_events", net_row(1), bodies=[Body("request", b"hello", "http.request", **field)])
+        w.insert("net_events", net_row(2), bodies=[Body("request", b"hello", "http.request", "text/plain", 9)])
+    assert query(tmp_path / "l" / "session.db",
+                 "SELECT event_id, typeof(content_type), typeof(original_bytes) FROM event_body_blobs") == [
+        (eid(2), "text", "integer")]
+    assert query(tmp_path / "l" / "session.db", "SELECT COUNT(*) FROM net_events") == [(1,)]
 
 
 def test_two_bodies_of_one_row_in_one_direction_are_refused_not_one_replaced(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ __all__ = ["Body", "ledger_timestamp"]
 
 BODY_DIRECTIONS = frozenset(("request", "response", "payload", "stdout", "stderr"))
 _HEX12 = re.compile(r"[0-9a-f]{12}")
+_MAX_ORIGINAL_BYTES = (1 << 63) - 1  # SQLite's INTEGER
 
 # Tables the ledger writer fills itself (the body index) or never writes (the version marker).
 WRITER_OWNED_TABLES = frozenset(("body_blocks", "event_body_blobs", "transport_schema"))
@@ -197,5 +198,12 @@ class Tables:
             directions.add(body.direction)
             if body.event_type not in self._body_event_types:
                 raise ValueError(f"body event_type {body.event_type!r} is not an event_body_blobs event type")
-            if body.original_bytes is not None and body.original_bytes < 0:
-                raise ValueError("a body's original_bytes cannot be negative")
+            # Bound as Capsem binds them (TEXT, a 64-bit INTEGER): event_body_blobs is not STRICT
+            # and its CHECKs are off for the writer's rows, so SQLite would store a BLOB, a REAL.
+            declared = body.original_bytes
+            if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool)
+                                         or not 0 <= declared <= _MAX_ORIGINAL_BYTES):
+                raise ValueError(f"a body's original_bytes must be None or a whole number of bytes from 0 to "
+                                 f"2**63-1, not {declared!r:.40}")
+            if body.content_type is not None and not isinstance(body.content_type, str):
+                raise ValueError(f"a body's content_type must be a str or None, not {type(body.content_type).__name__}")
