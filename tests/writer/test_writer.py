@@ -336,6 +336,19 @@ def test_buffered_work_flushes_by_itself(tmp_path):
         assert oracle.read_body(db, eid(15), "net_events", "request") == b"r15"
 
 
+def test_rows_holding_large_texts_and_blobs_flush_by_their_bytes(tmp_path):
+    """flush_bytes bounds what a writer holds whatever carries the bytes: rows without bodies
+    of half a MiB each were buffered until flush_rows (50 000 of them: 25 GB)."""
+    db = tmp_path / "session.db"
+    with LedgerWriter(tmp_path, flush_bytes=MIB) as w:
+        for i in range(8):
+            value: object = "h" * (MIB // 2) if i % 2 else b"\x00" * (MIB // 2)
+            w.insert("net_events", net_row(i, request_headers=value))
+        w.wait()
+        assert w.flushes == 4 and w.buffered_rows == 0
+        assert query(db, "SELECT COUNT(*) FROM net_events") == [(8,)]
+
+
 def _write_with_background_flushes(directory: Path, codec: str) -> None:
     rng = random.Random(99)
     shared = [rng.randbytes(rng.choice([600, 3000])) for _ in range(20)]

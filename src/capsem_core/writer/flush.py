@@ -87,7 +87,7 @@ class Pending:
         self.segments: list[SegmentWritten] = []
         self.unsynced = False
         self.buffered = 0         # rows and bodies
-        self.buffered_bytes = 0   # staged body bytes
+        self.buffered_bytes = 0   # staged body bytes and the texts and blobs of rows
 
     def empty(self) -> bool:
         return not (self.segments or self.body_rows or self.batches)

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from capsem_core import db, schema
 from capsem_core.errors import LedgerError, RowRejected, SchemaMismatch
@@ -35,6 +35,8 @@ __all__ = ["LedgerWriter"]
 _LOCK_RETRY_SECONDS = 0.02
 _OPEN_RETRIES = 50
 _T = TypeVar("_T")
+# The row values insert counts towards flush_bytes (exact types: a set lookup, not isinstance).
+_SIZED = frozenset((str, bytes, bytearray))
 
 
 def _ledger_directory(path: os.PathLike[str] | str) -> Path:
@@ -106,10 +108,10 @@ class LedgerWriter:
     ``event_body_blobs`` rows, the buffered rows) and returns once it committed; ``close``
     closes the open block, flushes, syncs, checkpoints the WAL and releases the writer lock.
     Buffered work is flushed by itself every ``flush_rows`` rows+bodies or ``flush_bytes``
-    staged body bytes: that flush cuts its segment at once and leaves the fdatasync and the
-    transaction to a worker thread while inserts go on (one at a time; ``wait()`` joins it,
-    and ``flush``/``close`` always do). Its errors surface at the next insert that flushes,
-    at ``wait``, ``flush`` or ``close``.
+    staged bytes (bodies, and the texts and blobs of rows): that flush cuts its segment at once
+    and leaves the fdatasync and the transaction to a worker thread while inserts go on (one at
+    a time; ``wait()`` joins it, and ``flush``/``close`` always do). Its errors surface at the
+    next insert that flushes, at ``wait``, ``flush`` or ``close``.
 
     ``durable=False`` (a ledger nothing reads before it is closed: a sample) commits without
     SQLite's syncs: a commit's checkpoint then writes its pages without waiting for the disk
@@ -285,8 +287,12 @@ class LedgerWriter:
         batch = spec.batch
         if batch is None or batch.keys != keys:
             batch = tables.batch_for(spec, keys, pending.batches)
-        batch.rows.append(tuple(row.values()))
+        values: tuple[Any, ...] = tuple(row.values())
+        batch.rows.append(values)
         pending.buffered += 1
+        # A row's texts and blobs count towards flush_bytes as bodies do: by rows alone, 50 000
+        # rows of a megabyte each were held before the first flush.
+        pending.buffered_bytes += sum([len(v) for v in values if type(v) in _SIZED])
         if staged:
             now = self._clock()
             self._staging.stage_bodies(table, row, staged, now, self._stamp(now))
