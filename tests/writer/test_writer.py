@@ -260,7 +260,7 @@ def test_a_failed_flush_keeps_its_rows_and_the_retry_records_the_grown_extent_on
     w.insert("net_events", net_row(1), [Body("request", b"first body " * 20, "http.request")])
     real = w._conn
     w._conn = _FailingCommit(real)
-    with pytest.raises(LedgerError, match="retried by the next flush"):
+    with pytest.raises(LedgerError, match="not written and they are kept and retried by the next flush"):
         w.flush()
     assert query(db, "SELECT COUNT(*) FROM event_body_blobs") == [(0,)]
     w._conn = real
@@ -272,6 +272,34 @@ def test_a_failed_flush_keeps_its_rows_and_the_retry_records_the_grown_extent_on
     assert oracle.read_body(db, eid(1), "net_events", "request") == b"first body " * 20
     assert oracle.read_body(db, eid(2), "net_events", "request") == b"second body " * 20
     w.close()
+
+
+def test_a_close_whose_flush_fails_says_its_rows_are_lost_not_retried(tmp_path):
+    """A file size limit (a disk that fills) fails close's flush: its error said the rows were
+    "kept and retried by the next flush", but a closed writer flushes nothing again."""
+    root = Path(__file__).resolve().parents[2]
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        sys.path[:0] = [{str(root / "src")!r}, {str(root)!r}]
+        from tests.writer.helpers import net_row
+        from capsem_core.writer import LedgerWriter
+        w = LedgerWriter(sys.argv[1])
+        w.insert("net_events", net_row(0))
+        w.flush()
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+        for i in range(1, 11):
+            w.insert("net_events", net_row(i, request_headers="h" * 50_000))
+        try:
+            w.close()
+        except Exception as e:
+            print(e)
+        """)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.startswith(f"{tmp_path / 'session.db'}: flush did not commit ("), out
+    assert out.endswith("its rows and bodies were not written and the writer is closing, so they are lost\n"), out
+    assert query(tmp_path / "session.db", "SELECT COUNT(*) FROM net_events") == [(1,)]
 
 
 def test_rows_the_schema_refuses_are_dropped_and_the_rest_commit(tmp_path):
@@ -381,7 +409,7 @@ def test_a_failed_background_flush_surfaces_and_its_rows_are_retried(tmp_path):
     w._conn = _FailingCommit(real)
     w.insert("net_events", net_row(1), [Body("request", b"one " * 100, "http.request")])
     w.insert("net_events", net_row(2), [Body("request", b"two " * 100, "http.request")])  # starts a flush
-    with pytest.raises(LedgerError, match="retried by the next flush"):
+    with pytest.raises(LedgerError, match="not written and they are kept and retried by the next flush"):
         w.wait()
     assert query(db, "SELECT COUNT(*) FROM net_events") == [(0,)]
     w.insert("net_events", net_row(3), [Body("request", b"three " * 100, "http.request")])

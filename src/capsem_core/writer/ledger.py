@@ -150,6 +150,7 @@ class LedgerWriter:
         self._db_path = self._directory / SESSION_DB
         self._bodies_path = archive_path_for(self._db_path)
         self._closed = True
+        self._closing = False   # close() runs the last flush
         self._lock: WriterLock | None = None
         self._conn: sqlite3.Connection | None = None
         self._job: Job | None = None
@@ -386,8 +387,11 @@ class LedgerWriter:
         if job.error is not None and not job.committed:
             self._pending.restore(job)
             if isinstance(job.error, sqlite3.Error):
-                raise LedgerError(f"flush did not commit ({job.error}); its rows and bodies are kept and retried by "
-                                  "the next flush", self._db_path) from job.error
+                # Close's flush is the last: nothing is retried after it.
+                fate = ("the writer is closing, so they are lost" if self._closing
+                        else "they are kept and retried by the next flush")
+                raise LedgerError(f"flush did not commit ({job.error}); its rows and bodies were not written and "
+                                  f"{fate}", self._db_path) from job.error
             raise job.error
         rejected = job.rejected
         refused_bodies = sum(1 for table, _ in rejected if table == "event_body_blobs")
@@ -416,6 +420,7 @@ class LedgerWriter:
             return
         error: BaseException | None = None
         staging = self._staging
+        self._closing = True
         try:
             if staging.archive is not None and staging.archive.block_offset is not None:
                 staging.close_block()
