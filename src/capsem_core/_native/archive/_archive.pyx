@@ -150,6 +150,7 @@ def _span_end(offset, length):
 
 # The rest of the module, one file per concept.
 include "archive_reader.pxi"
+include "archive_walk.pxi"
 include "archive_batch.pxi"
 include "archive_extents.pxi"
 include "archive_kernel.pxi"
