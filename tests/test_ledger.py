@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -327,6 +329,51 @@ def test_close_releases_the_archive_map_and_descriptor_and_later_reads_are_refus
     with Ledger(tmp_path) as again:
         assert again.read_body(_event_id(3), "net_events", "request")
     assert _archive_handles(bodies) == (0, 0)
+
+
+class _CloseDuringQuery:
+    """A Ledger's connection whose every query first starts a thread closing the Ledger and
+    gives it half a second: ``closed_mid_query`` records whether that close got in while the
+    query was under way (it freed the connection SQLite was stepping: a segfault)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.conn = ledger._conn
+        self.closers: list[threading.Thread] = []
+        self.closed_mid_query: list[bool] = []
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> Any:
+        closer = threading.Thread(target=self.ledger.close)
+        closer.start()
+        self.closers.append(closer)
+        closer.join(timeout=0.5)
+        self.closed_mid_query.append(not closer.is_alive())
+        return self.conn.execute(sql, params)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def test_a_close_on_another_thread_waits_for_every_query_in_progress(tmp_path: Path) -> None:
+    written = write_ledger(tmp_path, count=10)
+    reads: list[tuple[str, Any]] = [
+        ("read_body", lambda ledger: ledger.read_body(_event_id(3), "net_events", "request")),
+        ("committed_extent", lambda ledger: ledger.committed_extent()),
+        ("bodies_of", lambda ledger: ledger.bodies_of(_event_id(3))),
+    ]
+    results = {}
+    for name, read in reads:
+        ledger = Ledger(tmp_path)
+        conn = _CloseDuringQuery(ledger)
+        ledger._conn = conn  # type: ignore[assignment]
+        results[name] = read(ledger)
+        for closer in conn.closers:
+            closer.join()
+        assert conn.closed_mid_query == [False], name
+        assert ledger.closed
+    assert results["read_body"] == written[3]
+    assert results["committed_extent"] == os.path.getsize(tmp_path / "session.bodies")
+    assert results["bodies_of"] == [("net_events", "request", None, len(written[3]))]
 
 
 @pytest.mark.parametrize("threads", [-1, 1.5, float("nan"), 2**31, "2", None])

@@ -149,6 +149,7 @@ class Ledger:
             self._ready.ready()
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        # The caller holds self._lock: close() frees the connection under it.
         self._live()
         try:
             return self._conn.execute(sql, params).fetchall()
@@ -190,14 +191,16 @@ class Ledger:
         body's end (a later body of the same block reuses what is already inflated).
         """
         _bulk.check_body_key(source_table, direction)
-        rows = self._query(
-            "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
-            "WHERE event_id = ? AND source_table = ? AND direction = ?",
-            (event_id, source_table, direction))
-        if not rows:
-            raise KeyError((event_id, source_table, direction))
-        block_offset, body_offset, body_len, body_hash = self._checked_row(event_id, *rows[0])
+        # The lookup too under the lock: a close() on another thread must not free the
+        # connection while SQLite is stepping this query (a segfault in the sqlite3 module).
         with self._lock:
+            rows = self._query(
+                "SELECT block_offset, body_offset, body_len, body_hash FROM event_body_blobs "
+                "WHERE event_id = ? AND source_table = ? AND direction = ?",
+                (event_id, source_table, direction))
+            if not rows:
+                raise KeyError((event_id, source_table, direction))
+            block_offset, body_offset, body_len, body_hash = self._checked_row(event_id, *rows[0])
             return self._read_span(event_id, block_offset, body_offset, body_len, body_hash)
 
     @contextmanager
@@ -455,7 +458,8 @@ class Ledger:
         One aggregate over body_blocks (one row per block, so cheap); at least the file
         header's 16 bytes. Raises LedgerError when the query fails or the ledger is closed.
         """
-        (end,) = self._query("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks")[0]
+        with self._lock:
+            (end,) = self._query("SELECT COALESCE(MAX(block_offset + disk_len), 0) FROM body_blocks")[0]
         return max(int(end), FILE_HEADER_BYTES)
 
     # -- the pair as one unit -------------------------------------------------------------
@@ -473,8 +477,8 @@ class Ledger:
         (SymlinkRefused for a link), the copy fails quick_check, session.bodies is shorter
         than its index commits, or this ledger is closed.
         """
-        self._live()
         with self._lock:
+            self._live()
             _pair.copy_pair(self._conn, self.db_path, self.bodies_path, Path(destination))
         return Ledger(destination)
 
