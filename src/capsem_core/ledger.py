@@ -247,12 +247,15 @@ class Ledger:
         ``errors``: "raise" raises what ``read_body`` would for the first damaged body;
         "skip" leaves damaged bodies out; "report" keeps them in place, empty, with
         ``batch.ok[i]`` False; both list them in ``batch.findings``. ``max_bytes``: ValueError
-        when the selection holds more body bytes (read it with ``body_batches``). Memory: the
+        when the selection holds more body bytes (read it with ``body_batches``); None or an
+        int of at least 0 (TypeError or ValueError otherwise: NaN is no bound). Memory: the
         index, one buffer the size of all the chosen bodies (fresh at each call), and one
         block per thread. Raises ValueError
         for a table name that is not a body table, KeyError for a key the index does not hold, IndexError for a position outside it, LedgerError
         when the index cannot be read or the ledger is closed."""
         _bulk.check_errors(errors)
+        if max_bytes is not None:
+            _bulk.check_max_bytes(max_bytes, least=0)
         threads = cores.checked(threads)
         idx, positions = self._plan(selection, index, threads)
         if max_bytes is not None:
@@ -267,6 +270,7 @@ class Ledger:
                      index: BodyIndex | None = None) -> Iterator[BodyBatch]:
         """``read_bodies`` in batches of at most ``max_bytes`` body bytes (default 64 MiB), for
         selections larger than memory should hold: a generator of BodyBatch, in archive order.
+        ``max_bytes`` is an int of at least 1 (TypeError or ValueError otherwise).
 
         The index is scanned and the selection resolved once, first; batches are cut at block
         boundaries where they can be (a block is then inflated once), and a body larger than
@@ -278,6 +282,7 @@ class Ledger:
         errors="raise" the batch holding the first damaged body raises (the batches before it
         were yielded)."""
         _bulk.check_errors(errors)
+        _bulk.check_max_bytes(max_bytes)
         threads = cores.checked(threads)
         idx, positions = self._plan(selection, index, threads)
         runs = _bulk.plan_batches(idx, positions, max_bytes)

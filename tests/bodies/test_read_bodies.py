@@ -331,3 +331,17 @@ def test_rows_claiming_more_than_their_block_holds_never_size_the_buffer(tmp_pat
     findings, ok, kinds, peak_kib = done.stdout.split()
     assert (int(findings), int(ok), kinds) == (64, len(written), "out_of_range")
     assert int(peak_kib) < 400 << 10, f"peak RSS {int(peak_kib) >> 10} MiB for {len(written)} small bodies"
+
+
+@pytest.mark.parametrize("max_bytes", [float("nan"), float("inf"), 1.5, True, "64", -1])
+def test_a_max_bytes_that_is_no_bound_is_refused_never_ignored(
+        blocks_ledger: tuple[Path, dict[Key, bytes]], max_bytes: object) -> None:
+    directory, _ = blocks_ledger
+    with Ledger(directory) as ledger:
+        # NaN compared false with every total: read_bodies read everything, and body_batches
+        # put the whole selection in one batch, whatever the caller meant to bound.
+        with pytest.raises((TypeError, ValueError), match="max_bytes"):
+            ledger.read_bodies(max_bytes=max_bytes)  # type: ignore[arg-type]
+        with pytest.raises((TypeError, ValueError), match="max_bytes"):
+            next(ledger.body_batches(max_bytes=max_bytes))  # type: ignore[arg-type]
+        assert ledger.read_bodies(max_bytes=10**12).nbytes == sum(b.nbytes for b in ledger.body_batches())

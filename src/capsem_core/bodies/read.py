@@ -110,6 +110,16 @@ def check_errors(errors: str) -> None:
         raise ValueError(f"errors is one of {', '.join(ERRORS)}, not {errors!r}")
 
 
+def check_max_bytes(max_bytes: object, least: int = 1) -> None:
+    """A ``max_bytes=`` bound as given, checked: an int (not a bool) of at least ``least``;
+    TypeError or ValueError naming it otherwise. NaN compared false with every total, so it
+    read as no bound at all: the whole selection in one buffer."""
+    if type(max_bytes) is not int:
+        raise TypeError(f"max_bytes is an int, not {type(max_bytes).__name__}")
+    if max_bytes < least:
+        raise ValueError(f"max_bytes is at least {least}, not {max_bytes}")
+
+
 def check_body_table(name: object) -> str:
     """``name`` when it is a table Capsem's schema lets event_body_blobs name, else ValueError
     listing them: a misspelt table must never read as "no bodies"."""
@@ -379,4 +389,4 @@ class BodyRecord:
 
 
 __all__ = ["DEFAULT_BATCH_BYTES", "ERRORS", "BodyRecord", "BufferPool", "Errors", "Selection", "check_errors",
-           "fault_error", "plan_batches", "read_batch", "read_each", "resolve", "slot_lengths"]
+           "check_max_bytes", "fault_error", "plan_batches", "read_batch", "read_each", "resolve", "slot_lengths"]
