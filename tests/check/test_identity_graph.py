@@ -16,8 +16,12 @@ from capsem_core.check.identity import EVENT_TABLES, EXEMPT_EVENT_TYPES, TURN_TA
 from capsem_core.sample import write_sample_home, write_sample_ledger
 from capsem_core.sample.profiles import MIXES
 from capsem_core.schema.vocabulary import SECURITY_EVENT_TYPES
+from oracles.peak_memory import measured
 from tests.check.test_check import run_cli, sql
 
+# The memory test's child, as tests/check/test_resident_memory.py runs it.
+MEMORY_ENV = {"CAPSEM_CORE_PAGE_WINDOW": str(1 << 20), "CAPSEM_CORE_THREADS": "2"}
+MEMORY_PRELOAD = ("numpy", "capsem_core.check.run", "capsem_core.cli.check")
 # Sizes that keep each sample quick while holding every kind of row the section joins.
 SAMPLE_BODIES = {"realistic": 400, "small": 400, "large": 40}
 
@@ -384,3 +388,53 @@ def test_the_plan_check_sees_a_lookup_that_walks_a_table(ledger: Path) -> None:
                               "(SELECT 1 FROM tool_calls AS c WHERE c.event_id = s.event_id)")
     conn.close()
     assert any("CORRELATED" in under and scan.startswith("SCAN c") for under, scan in scans), scans
+
+
+# --- ids chosen by a counterparty: megabytes long ---------------------------------------------
+
+def _long(tail: str, size: int = 1 << 20) -> str:
+    return "t" * size + tail
+
+
+def test_long_ids_are_compared_whole_and_reported_cut_to_a_line(ledger: Path, capsys) -> None:
+    # Two traces of one turn that differ only in their last character: a split turn.
+    [(turn,)] = sql(ledger, "SELECT turn_id FROM fs_events WHERE turn_id IS NOT NULL GROUP BY turn_id "
+                            "HAVING COUNT(*) >= 4 ORDER BY turn_id LIMIT 1")
+    sql(ledger, "UPDATE fs_events SET turn_id = ?, trace_id = ? WHERE id = "
+                "(SELECT MIN(id) FROM fs_events WHERE turn_id = ?)", (_long("T"), _long("a"), turn))
+    sql(ledger, "UPDATE fs_events SET turn_id = ?, trace_id = ? WHERE id = "
+                "(SELECT MIN(id) FROM fs_events WHERE turn_id = ?)", (_long("T"), _long("b"), turn))
+    # Another turn whose two rows name one long trace, and a long BLOB turn: not split.
+    sql(ledger, "UPDATE fs_events SET turn_id = ?, trace_id = ? WHERE id IN "
+                "(SELECT id FROM fs_events WHERE turn_id = ? LIMIT 2)", (_long("U"), _long("c"), turn))
+    sql(ledger, "UPDATE dns_events SET turn_id = ? WHERE id = (SELECT MIN(id) FROM dns_events)",
+        (_long("V").encode(),))
+    sql(ledger, "UPDATE model_items SET call_id = ? WHERE id = "
+                "(SELECT MIN(id) FROM model_items WHERE kind = 'tool_call')", (_long("W"),))
+    section = graph(ledger)
+    split = finding(section, "turn_in_many_traces")
+    assert split["count"] == 1
+    [example] = split["examples"]
+    assert example["turn_id"].startswith("t" * 200) and f"({(1 << 20) + 1} bytes, blake2b " in example["turn_id"]
+    assert example["trace_id"] != example["other_trace_id"]
+    assert {e["call_id"] for e in finding(section, "tool_call_item_unrecorded")["examples"]} \
+        == {"t" * 200 + f"... ({(1 << 20) + 1} characters)"}
+    for argv in (("--db", str(ledger)), ("--db", str(ledger), "--json")):
+        _, out, _ = run_cli(capsys, *argv)
+        assert max(len(line) for line in out.splitlines()) < 2000
+
+
+def test_turns_of_long_ids_are_checked_in_memory_their_size_does_not_set(tmp_path: Path) -> None:
+    directory = tmp_path / "sess"
+    summary = write_sample_ledger(directory, seed=16, mix="realistic", bodies=SAMPLE_BODIES["realistic"])
+    db = directory / "session.db"
+    # 24 turns, each in its own trace, of ids of 2 MiB: 96 MiB of distinct ids. Grouped and
+    # sorted whole, SQLite's temporary tables held each of them, several times over.
+    for i in range(24):
+        sql(db, "UPDATE fs_events SET turn_id = ?, trace_id = ? WHERE id = ?",
+            (_long(f"turn{i}", 2 << 20), _long(f"trace{i}", 2 << 20), i + 1))
+    got = measured(["check", "--db", str(db), "--json"], env=MEMORY_ENV, preload=MEMORY_PRELOAD)
+    assert got.status == 0, got.stdout + got.stderr
+    assert '"turn_without_model_call"' in got.stdout
+    bound = (32 << 20) + 160 * summary.bodies
+    assert got.grown <= bound, f"peak resident size grew {got.grown} bytes over a bound of {bound}"

@@ -19,6 +19,7 @@ a damaged one never makes a Python object per broken row.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable, Sequence
 
@@ -29,6 +30,39 @@ from capsem_core.schema.joins import EVENT_TABLES, EXEMPT_EVENT_TYPES, SECURITY_
 
 # Example rows kept per finding (the count says how many there are in all).
 EXAMPLES = 5
+# An example's text or blob longer than this many characters (bytes) is cut to it: the
+# values are chosen by an agent's counterparty, and a report line must stay a line.
+EXAMPLE_CHARS = 200
+# The turn check compares an id of more bytes than this by its key (``_long_id``).
+LONG_ID_BYTES = 256
+
+
+def _cut(value: Value) -> Value:
+    """An example's value as the report keeps it: a long text or blob cut, saying its size."""
+    if isinstance(value, str) and len(value) > EXAMPLE_CHARS:
+        return f"{value[:EXAMPLE_CHARS]}... ({len(value)} characters)"
+    if isinstance(value, bytes) and len(value) > EXAMPLE_CHARS:
+        return value[:EXAMPLE_CHARS] + f"... ({len(value)} bytes)".encode()
+    return value
+
+
+def _long_id(kind: str, data: bytes) -> str | bytes:
+    """The key the turn check compares an id of more than LONG_ID_BYTES bytes by: its first
+    EXAMPLE_CHARS bytes, its size and a digest of it all, of its own storage class (TEXT or
+    BLOB) and always longer than LONG_ID_BYTES bytes, so it equals no short id and no other
+    long one. Grouping and ordering by the ids themselves kept every distinct one whole in
+    SQLite's temporary tables: 60 ids of 4 MiB took 780 MiB."""
+    digest = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=16).hexdigest()
+    tail = f"... ({len(data)} bytes, blake2b {digest})"
+    if kind == "text":
+        return data[:EXAMPLE_CHARS].decode("utf-8", "replace") + tail
+    return data[:EXAMPLE_CHARS] + tail.encode()
+
+
+def _id_key(column: str) -> str:
+    """SQL for ``column`` as the turn check compares it: itself when short, else _long_id's key."""
+    return (f"CASE WHEN length(CAST({column} AS BLOB)) > {LONG_ID_BYTES} "
+            f"THEN capsem_long_id(typeof({column}), CAST({column} AS BLOB)) ELSE {column} END")
 
 
 
@@ -40,7 +74,7 @@ def _broken(conn: sqlite3.Connection, sql: str, params: Sequence[Value] = ()) ->
     rows = cur.fetchall()
     if not rows:
         return 0, []
-    return int(rows[0][-1]), [dict(zip(names, r[:-1])) for r in rows]
+    return int(rows[0][-1]), [{name: _cut(v) for name, v in zip(names, r[:-1])} for r in rows]
 
 
 def _report(result: CheckResult, code: str, severity: str, message: str, found: tuple[int, list[dict[str, Value]]],
@@ -116,15 +150,17 @@ def check_tool_calls(conn: sqlite3.Connection, result: CheckResult) -> None:
 def _turn_union() -> str:
     # Per table, one row per turn through idx_<table>_turn_id: its smallest and largest trace
     # (NULL traces are not compared: such a row records no trace) and whether it is an exchange.
+    # Long ids go on as their keys (_long_id), so the rows later grouped and sorted are short.
     return "\n            UNION ALL ".join(
-        f"SELECT turn_id, MIN(trace_id) AS lo, MAX(trace_id) AS hi, {int(t == 'model_calls')} AS exchange "
-        f"FROM {t} WHERE turn_id IS NOT NULL GROUP BY turn_id" for t in TURN_TABLES)
+        f"SELECT {_id_key('turn_id')} AS turn_id, MIN({_id_key('trace_id')}) AS lo, MAX({_id_key('trace_id')}) AS hi, "
+        f"{int(t == 'model_calls')} AS exchange FROM {t} WHERE turn_id IS NOT NULL GROUP BY turn_id" for t in TURN_TABLES)
 
 
 def check_turns(conn: sqlite3.Connection, result: CheckResult, stopped: bool | None) -> None:
     """Invariant 5: a turn_id names one trace_id in every table that carries both, and a turn
     holds at least one model exchange once the session has stopped (``stopped``: True, False,
     or None when no home says). Turns of a session not known to have stopped are an info."""
+    conn.create_function("capsem_long_id", 2, _long_id, deterministic=True)
     rows = conn.execute(f"""
         WITH turn AS MATERIALIZED (
             SELECT turn_id, MIN(lo) AS first_trace, MAX(hi) AS last_trace, MAX(exchange) AS exchange
@@ -142,6 +178,7 @@ def check_turns(conn: sqlite3.Connection, result: CheckResult, stopped: bool | N
         if what == "turns":
             turns = int(n)
             continue
+        # Ids are short here already: a long one is its key, which says its size and digest.
         example: dict[str, Value] = {"turn_id": turn_id, "trace_id": first}
         if what == "split":
             example["other_trace_id"] = last
