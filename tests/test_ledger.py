@@ -408,6 +408,15 @@ def test_follow_refuses_a_poll_it_could_not_wait_on_when_called(tmp_path: Path, 
         ledger.follow(poll=poll)  # type: ignore[arg-type]
 
 
+def test_read_body_of_an_event_id_that_is_not_text_is_a_type_error_never_a_lookup(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        for event_id in (None, 1, _event_id(0).encode()):
+            with pytest.raises(TypeError, match="event_id"):
+                ledger.read_body(event_id, "net_events", "request")  # type: ignore[arg-type]
+        assert ledger.read_body(_event_id(0), "net_events", "request")
+
+
 def test_bodies_of_an_event_id_that_is_not_text_is_a_type_error(tmp_path: Path) -> None:
     write_ledger(tmp_path / "a")
     with Ledger(tmp_path / "a") as ledger:

@@ -183,13 +183,15 @@ class Ledger:
     def read_body(self, event_id: str, source_table: str, direction: str) -> bytes:
         """The verified bytes of one body (segment hashes and the body hash checked).
 
-        Raises ValueError for a table or direction no body can have; KeyError when the index
-        has no such body; BodyHashMismatch, IntegrityError or
+        Raises TypeError for an event_id not a str; ValueError for a table or direction no
+        body can have; KeyError when the index has no such body; BodyHashMismatch, IntegrityError or
         another ArchiveError (naming the block and, where one is at fault, the segment) when
         the archive does not hold what the index says; LedgerError for a malformed index row
         or a closed ledger. Costs one indexed lookup and inflating the body's block up to the
         body's end (a later body of the same block reuses what is already inflated).
         """
+        if not isinstance(event_id, str):   # bytes would find a BLOB event_id, an int an INTEGER one
+            raise TypeError(f"event_id is a str, not {type(event_id).__name__}")
         _bulk.check_body_key(source_table, direction)
         # The lookup too under the lock: a close() on another thread must not free the
         # connection while SQLite is stepping this query (a segfault in the sqlite3 module).
