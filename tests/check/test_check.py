@@ -154,6 +154,14 @@ def test_previews_show_the_last_n_rows_newest_first_with_long_cells_cut(ledger: 
     assert "x" * 60 not in out
 
 
+@pytest.mark.parametrize(("rows", "error"), [(-1, ValueError), (1 << 63, ValueError), (2.0, TypeError),
+                                             (True, TypeError)])
+def test_a_row_count_sqlite_cannot_bind_is_refused_by_name(ledger: Path, rows: object, error: type) -> None:
+    with pytest.raises(error, match="rows is an int from 0 to 2"):
+        check_ledger(ledger, rows=rows)  # type: ignore[arg-type]
+    assert check_ledger(ledger, rows=(1 << 63) - 1).checks["previews"].tables["net_events"].rows
+
+
 def test_a_negative_row_count_is_a_usage_error_exit_2(ledger: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(["check", "--db", str(ledger), "-n", "-1"])

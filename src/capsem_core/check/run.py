@@ -92,8 +92,8 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
 
 def _check_arguments(rows: object, route: object, options: object, page_threads: object) -> None:
     """A caller's mistake said as one, before anything is opened."""
-    if type(rows) is not int or rows < 0:
-        raise (ValueError if type(rows) is int else TypeError)(f"rows is an int >= 0, not {rows!r}")
+    if type(rows) is not int or not 0 <= rows < 1 << 63:   # SQLite binds it as a LIMIT: 64 bits
+        raise (ValueError if type(rows) is int else TypeError)(f"rows is an int from 0 to 2**63 - 1, not {rows!r}")
     if route is not None and not isinstance(route, SessionRoute):
         raise TypeError(f"route is a SessionRoute or None, not {type(route).__name__}")
     if options is not None:
