@@ -231,15 +231,43 @@ def complete_plan(path: PathArg) -> ReadPlan:
     return plan
 
 
+# The files SQLite opens beside a database: a rollback journal it looks into when one is
+# there (a hot journal), the WAL and its shared-memory index.
+_SIDECARS = ("-journal", "-wal", "-shm")
+
+
+def refuse_irregular_sidecars(path: PathArg) -> None:
+    """LedgerError naming the file when a sidecar of ``path`` exists and is not a regular file.
+
+    SQLite opens a ``-journal`` it finds without O_NONBLOCK, and retries the open when a
+    signal interrupts it: a FIFO there waits for a writer for ever, SIGTERM included. A
+    device or FIFO as ``-wal`` reads as an empty log, so rows the real one held are silently
+    missed. A link is followed (as SQLite would, where it follows one); a dangling one is
+    as absent to SQLite as to this test."""
+    path = os.fspath(path)
+    for suffix in _SIDECARS:
+        sidecar = path + suffix
+        try:
+            st = os.stat(sidecar)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise LedgerError(f"cannot stat: {exc.strerror}", sidecar) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise LedgerError(f"not a regular file: a {suffix} beside a database must be one", sidecar)
+
+
 def connect_readonly(path: PathArg, *, plan: ReadPlan | None = None, allow_unread_wal: bool = False,
                      isolation_level: IsolationLevel = "DEFERRED", check_same_thread: bool = False) -> sqlite3.Connection:
     """The one read-only connection: never creates or alters the file, query_only on.
 
-    Raises LedgerError naming the file when SQLite cannot open it, and naming the -wal when
+    Raises LedgerError naming the file when SQLite cannot open it, naming a -journal, -wal
+    or -shm beside it that is not a regular file, and naming the -wal when
     the plan cannot read committed rows in it, unless ``allow_unread_wal`` (a caller that
     reports the unread WAL itself, as ``check`` does).
     """
     path = os.fspath(path)
+    refuse_irregular_sidecars(path)
     plan = plan or read_plan(path)
     if plan.unread_wal is not None and not allow_unread_wal:
         raise unread_wal_error(plan)

@@ -285,3 +285,32 @@ def test_a_main_db_that_cannot_be_read_fails_all_strict_as_it_fails_check_sessio
     assert report["totals"]["warn"] == len(report["ledgers"]) > 0
     for ledger in report["ledgers"]:
         assert "route_main_db_unreadable" in {f["code"] for f in ledger["checks"]["identity_graph"]["findings"]}
+
+
+# --- a sidecar of session.db that is not a regular file ------------------------------------------
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
+def test_a_fifo_beside_session_db_makes_its_ledger_unreadable_by_name_and_never_hangs(
+        home: tuple[Path, list[Path]], suffix: str) -> None:
+    """SQLite opened a FIFO -journal (a hot journal's test) without O_NONBLOCK and retried the
+    open on every signal: the check process, and check --all, waited for ever, SIGTERM
+    included. A FIFO -wal in a writable directory read as an empty log (exit 0, "sound"); a
+    FIFO -shm was "disk I/O error", naming neither file."""
+    root, ledgers = home
+    ledger = ledgers[0]
+    sidecar = ledger / f"session.db{suffix}"
+    sidecar.unlink(missing_ok=True)
+    os.mkfifo(sidecar)
+    env = dict(os.environ, CAPSEM_HOME=str(root), CAPSEM_RUN_DIR=str(root / "run"), NO_COLOR="1",
+               PYTHONPATH=str(ROOT / "src"))
+    argv = [sys.executable, "-m", "capsem_core", "check", "--all", "--jobs", "2", "--json"]
+    # The timeout only guards against the hang this test is about.
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["sound"] is False and doc["totals"]["unreadable"] == 1
+    assert doc["totals"]["ledgers"] == len(ledgers)
+    [bad] = [e for e in doc["ledgers"] if e["verdict"] == "unreadable"]
+    assert bad["path"] == str(ledger)
+    assert bad["error"] == f"{sidecar}: not a regular file: a {suffix} beside a database must be one"
+    assert stat.S_ISFIFO(os.lstat(sidecar).st_mode)   # left as it was

@@ -259,6 +259,23 @@ def test_rollup_on_a_read_only_main_db_refuses_in_one_line_and_changes_nothing(w
         shutil.rmtree(root)
 
 
+def test_rollup_with_a_fifo_as_main_db_journal_refuses_in_one_line_and_never_waits(tmp_path: Path) -> None:
+    """SQLite's hot-journal test opened a FIFO main.db-journal and waited for a writer for
+    ever, deaf to SIGTERM (it retries an interrupted open): rollup, list and check --all hung."""
+    layout, conn = make_capsem_home(tmp_path / "capsem")
+    conn.close()
+    journal = Path(f"{layout.main_db}-journal")
+    os.mkfifo(journal)
+    before = layout.main_db.read_bytes()
+    env = {"PATH": "/usr/bin:/bin", "CAPSEM_HOME": str(layout.home), "PYTHONPATH": str(_SRC)}
+    # The timeout only guards against the hang this test is about.
+    proc = subprocess.run([sys.executable, "-c", _ROLLUP_SCRIPT, "eph-1"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == f"capsem-ledger rollup: {journal}: not a regular file: a -journal beside a database must be one\n"
+    assert layout.main_db.read_bytes() == before and stat.S_ISFIFO(os.lstat(journal).st_mode)
+
+
 def test_rollup_of_an_id_main_db_does_not_record_refuses_naming_main_db(
         capsem_home: S.Home, capsys: pytest.CaptureFixture[str]) -> None:
     schema = schema_of(capsem_home.main_db)
