@@ -177,6 +177,23 @@ def test_check_all_with_only_a_missing_path_and_an_empty_home_reports_it_and_exi
     assert "Not known to be sound: no ledger was checked; --path" in done.stdout
 
 
+def test_a_ledger_deeper_than_the_search_goes_makes_the_run_not_known_to_be_sound(tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                                 run_cli) -> None:
+    deep = tmp_path / "archive"
+    for i in range(discovery.MAX_TREE_DEPTH + 1):
+        deep = deep / f"d{i}"
+    write_sample_ledger(deep / "s1", bodies=20)
+    write_sample_ledger(tmp_path / "archive" / "near", bodies=20)
+    done = run_cli(tmp_path / "empty-home", "--all", "--jobs", "1", "--path", str(tmp_path / "archive"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "levels: not searched" in done.stdout
+    assert done.stdout.rstrip().endswith("Not known to be sound: 1 directory not searched (1 of 1 ledger checked sound).")
+    doc = json.loads(run_cli(tmp_path / "empty-home", "--all", "--jobs", "1", "--path", str(tmp_path / "archive"),
+                             "--json").stdout)
+    assert doc["exit_code"] == 1 and doc["sound"] is False and doc["totals"]["directories_not_searched"] == 1
+    assert [u["status"] for u in doc["unchecked"]] == ["not searched"]
+
+
 def test_a_path_that_is_a_link_or_a_file_is_refused_by_name_and_an_empty_tree_is_not_a_ledger(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "empty")

@@ -49,13 +49,14 @@ def test_a_tree_is_searched_without_following_links_so_a_loop_ends(tmp_path: Pat
     assert any("symbolic link not followed" in n for n in found.notes)
 
 
-def test_the_search_stops_at_its_depth_and_says_so(tmp_path: Path) -> None:
+def test_the_search_stops_at_its_depth_and_counts_what_it_did_not_search(tmp_path: Path) -> None:
     deep = tmp_path / "a" / "b" / "c" / "d"
     write_sample_ledger(deep / "s", bodies=20)
     write_sample_ledger(tmp_path / "a" / "near", bodies=20)
     found = discover_tree(tmp_path, max_depth=3)
     assert [x.directory.name for x in found.ledgers] == ["near"]
-    assert any("deeper than 3 levels" in n for n in found.notes)
+    assert [(u.path, u.status, u.fails) for u in found.unchecked] == [(tmp_path / "a" / "b" / "c", "not searched", True)]
+    assert "deeper than 3 levels" in found.unchecked[0].reason
     assert [x.directory.name for x in discover_tree(tmp_path).ledgers] == ["s", "near"]
 
 

@@ -15,7 +15,7 @@ from capsem_core.check.report import ERROR, NOTE, OK, SKIPPED, WARN, WARNING, Ch
 from capsem_core.cli.check_text import coverage_words
 from capsem_core.cli.terminal import Style, colour_wanted, render_table, sanitize
 from capsem_core.fleet import FleetReport, LedgerResult
-from capsem_core.fleet.discover import Unchecked
+from capsem_core.fleet.discover import NOT_SEARCHED, Unchecked
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -133,9 +133,11 @@ def _verdict(s: Style, report: FleetReport) -> str:
         parts.append(f"{t['damaged']:,} damaged")
     if t["unreadable"]:
         parts.append(_plural(int(t["unreadable"]), "ledger unreadable", "ledgers unreadable"))
-    unread = [u for u in report.not_looked_at if not u.given]
+    unread = [u for u in report.not_looked_at if not u.given and u.status != NOT_SEARCHED]
     if unread:
         parts.append(_plural(len(unread), "directory could not be read", "directories could not be read"))
+    if t["directories_not_searched"]:
+        parts.append(_plural(int(t["directories_not_searched"]), "directory not searched", "directories not searched"))
     parts += [f"--path {sanitize(u.path)} {sanitize(u.reason)}" for u in report.not_looked_at if u.given]
     read = int(t["ok"]) + int(t["warn"])
     head = "Not sound" if report.failed else "Not known to be sound"
@@ -165,8 +167,8 @@ def render_fleet(report: FleetReport, *, colour: bool = False, details: bool = F
                f"{t['unreadable']} unreadable; {mb:,.1f} MB in {report.seconds:.2f} s ({rate:,.1f} MB/s) on "
                f"{sanitize(where)}")
     if report.unchecked:
-        out.append(f"Not checked: {t['directories_unreadable']} unreadable, {t['paths_not_searched']} --path not "
-                   f"searched, {t['not_ledgers']} not a ledger")
+        out.append(f"Not checked: {t['directories_unreadable']} unreadable, {t['directories_not_searched']} not "
+                   f"searched, {t['paths_not_searched']} --path not searched, {t['not_ledgers']} not a ledger")
     unread = report.not_looked_at
     if unread:
         out += ["", s("red", f"Not read ({len(unread)}):")] + [s("red", _unchecked_line(u)) for u in unread]

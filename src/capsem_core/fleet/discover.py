@@ -5,16 +5,18 @@ session id) and ``run/persistent/`` (named VMs, their id from main.db or capsem-
 sidecar). A tree given with ``--path`` is searched for ledger directories (a directory
 holding ``session.db`` or ``session.bodies``); a home met inside a tree is read as a home,
 so its sessions keep their ids and names. Symbolic links are never followed (so a tree
-cannot loop through one), a directory reached twice (a bind mount of itself) is read once,
-and the search stops at ``max_depth``; each of these is a note, never silent. A ledger seen
-through two ways in (the home and a tree holding it) is checked once.
+cannot loop through one) and a directory reached twice (a bind mount of itself) is read
+once, each a note, never silent. A ledger seen through two ways in (the home and a tree
+holding it) is checked once.
 
 Every directory the search finds or is given and does not check is accounted for as an
 ``Unchecked``: one it cannot look into or list ("unreadable", with the OS's reason: a
-permission error is never taken for "no ledger here"), a ``--path`` that does not exist
-("missing") or is not searched ("refused": a symbolic link, a file other than session.db),
-and a home's session directory, or a given tree, holding no ledger ("not a ledger"). All but
-"not a ledger" make a fleet run's exit status 1 (``FleetReport.sound``).
+permission error is never taken for "no ledger here"), one whose directories lie deeper than
+``max_depth`` or whose entries pass ``MAX_DIR_ENTRIES`` ("not searched": ledgers may lie
+there unchecked), a ``--path`` that does not exist ("missing") or is not searched
+("refused": a symbolic link, a file other than session.db), and a home's session directory,
+or a given tree, holding no ledger ("not a ledger"). All but "not a ledger" make a fleet
+run's exit status 1 (``FleetReport.sound``).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from capsem_core.sessions.maindb import session_recorded
 # Deeper than any layout of homes on shared storage needs (a home's ledgers sit three levels
 # below it, run/sessions/<id>), shallow enough that a pathological tree ends the search quickly.
 MAX_TREE_DEPTH = 16
-# A directory with more entries than this is not searched past them (a note says so): a
+# A directory with more entries than this is not searched past them ("not searched"): a
 # ledger tree has dozens to thousands of sessions per directory, not millions.
 MAX_DIR_ENTRIES = 1_000_000
 
 Kind = Literal["ephemeral", "persistent", "directory"]
 UNREADABLE, MISSING, REFUSED, NOT_A_LEDGER = "unreadable", "missing", "refused", "not a ledger"
-Status = str  # one of UNREADABLE, MISSING, REFUSED, NOT_A_LEDGER
+NOT_SEARCHED = "not searched"
+Status = str  # one of UNREADABLE, NOT_SEARCHED, MISSING, REFUSED, NOT_A_LEDGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +180,8 @@ def _entries(directory: Path, found: Discovery) -> list[os.DirEntry[str]]:
             for entry in it:
                 out.append(entry)
                 if len(out) >= MAX_DIR_ENTRIES:
-                    found.notes.append(f"{directory}: more than {MAX_DIR_ENTRIES:,} entries; the rest not searched")
+                    found.unchecked.append(Unchecked(directory, NOT_SEARCHED, f"more than {MAX_DIR_ENTRIES:,} "
+                                                     "entries: the rest not searched"))
                     break
     except FileNotFoundError:
         return []
@@ -315,7 +319,8 @@ def _walk(directory: Path, depth: int, max_depth: int, visited: set[tuple[int, i
             found.unchecked.append(_unreadable(Path(entry.path), exc, "cannot be looked into"))
             continue
         if depth + 1 > max_depth:
-            found.notes.append(f"{directory}: deeper than {max_depth} levels; not searched further")
+            found.unchecked.append(Unchecked(directory, NOT_SEARCHED, f"its directories lie deeper than {max_depth} "
+                                             "levels: not searched"))
             return
         _walk(Path(entry.path), depth + 1, max_depth, visited, found)
     if links:
@@ -345,5 +350,5 @@ def discover(paths: Iterable[os.PathLike[str] | str] = (), *,
     return found
 
 
-__all__ = ["MAX_TREE_DEPTH", "MISSING", "NOT_A_LEDGER", "REFUSED", "UNREADABLE", "Discovery", "FleetLedger", "Kind",
-           "Status", "Unchecked", "discover", "discover_home", "discover_tree"]
+__all__ = ["MAX_TREE_DEPTH", "MISSING", "NOT_A_LEDGER", "NOT_SEARCHED", "REFUSED", "UNREADABLE", "Discovery",
+           "FleetLedger", "Kind", "Status", "Unchecked", "discover", "discover_home", "discover_tree"]

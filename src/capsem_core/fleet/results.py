@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsem_core.check.report import FAIL, OK, WARN, CheckReport, Value, json_default
-from capsem_core.fleet.discover import MISSING, NOT_A_LEDGER, REFUSED, UNREADABLE, FleetLedger, Unchecked
+from capsem_core.fleet.discover import (MISSING, NOT_A_LEDGER, NOT_SEARCHED, REFUSED, UNREADABLE, FleetLedger,
+                                        Unchecked)
 
 JSON_FORMAT = "capsem-ledger-check-all"
 JSON_VERSION = 1
@@ -121,6 +122,7 @@ class FleetReport:
         return {"ledgers": len(self.results), "ok": verdicts.count(OK), "warn": verdicts.count(WARN),
                 "damaged": verdicts.count(DAMAGED), "unreadable": verdicts.count(UNREADABLE),
                 "directories_unreadable": statuses.count(UNREADABLE),
+                "directories_not_searched": statuses.count(NOT_SEARCHED),
                 "paths_not_searched": statuses.count(MISSING) + statuses.count(REFUSED),
                 "not_ledgers": statuses.count(NOT_A_LEDGER),
                 "retried": sum(1 for r in self.results if r.retried),
