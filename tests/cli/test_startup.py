@@ -267,3 +267,19 @@ def test_help_is_laid_out_at_the_width_columns_asks_for(columns: str) -> None:
                           timeout=60, env=env, check=True)
     widest = max(len(line) for line in done.stdout.splitlines())
     assert int(columns) - 12 <= widest <= int(columns) - 2, done.stdout
+
+
+def test_a_check_loads_only_what_a_check_uses(tmp_path: Path) -> None:
+    """What a check of ordinary ledgers never uses is left unloaded: hashlib alone (OpenSSL's
+    bindings) cost it 5 ms of its start-up, the writer, events, export and fleet more."""
+    from capsem_core.sample import write_sample_ledger
+
+    write_sample_ledger(tmp_path / "s", bodies=20)
+    probe = ("import sys\nfrom capsem_core.cli import main\n"
+             "try:\n    code = main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+             "unused = ('hashlib', 'capsem_core.writer', 'capsem_core.events.reader', 'capsem_core.export', "
+             "'capsem_core.fleet.run', 'rich')\n"
+             "print(code, sorted(m for m in unused if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe, "check", "--db", str(tmp_path / "s"), "--verify-bodies"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 []", (done.stdout[-500:], done.stderr[-500:])

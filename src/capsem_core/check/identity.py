@@ -19,7 +19,6 @@ a damaged one never makes a Python object per broken row.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Callable, Sequence
 
@@ -52,6 +51,8 @@ def _long_id(kind: str, data: bytes) -> str | bytes:
     BLOB) and always longer than LONG_ID_BYTES bytes, so it equals no short id and no other
     long one. Grouping and ordering by the ids themselves kept every distinct one whole in
     SQLite's temporary tables: 60 ids of 4 MiB took 780 MiB."""
+    import hashlib   # here, not at the top: a check of short ids never pays its import (~5 ms)
+
     digest = hashlib.blake2b(kind.encode() + b"\0" + data, digest_size=16).hexdigest()
     tail = f"... ({len(data)} bytes, blake2b {digest})"
     if kind == "text":
