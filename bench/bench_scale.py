@@ -172,12 +172,19 @@ def _cold_rounds(benchmark, db: Path, ahead: Path | None = None, bodies_first: b
     return info
 
 
+_BOUNDS = {False: "small, verified from the walk (bound)",
+           True: "small, verified beside the stream, bodies first (bound)"}
+
+
 @pytest.mark.benchmark(group="check-cold")
-def test_cold_check_verifying_from_the_walk(benchmark, tmp_path: Path) -> None:
-    """The bound of a verification streamed beside the body index (oracles/verify_ahead.py):
-    the small sample's check with every body's verification started as the archive walk
-    returns, from its index saved while warm. Not a target: what streaming could gain. It runs
-    first, so that check-cold still ends, as before it was added, with the large sample's
+@pytest.mark.parametrize("bodies_first", [False, True], ids=["from-the-walk", "bodies-first"])
+def test_cold_check_bound(benchmark, tmp_path: Path, bodies_first: bool) -> None:
+    """The bounds of a streamed verification (oracles/verify_ahead.py), not targets: the small
+    sample's check with every body's verification started as the archive walk returns, from
+    its index saved while warm; with ``bodies_first`` the read-ahead also takes session.bodies
+    (52 MB here) before session.db, so the walk returns near the start and the verification
+    runs beside the stream of session.db rather than after it, the bound of any verification
+    inside the stream. They run first, so that check-cold still ends with the large sample's
     rounds, which leave that sample's pages cached for the benchmarks after them."""
     db = sample_ledger("small", bodies=1_000_000)
     why = _can_drop_caches()
@@ -185,23 +192,7 @@ def test_cold_check_verifying_from_the_walk(benchmark, tmp_path: Path) -> None:
         pytest.skip(why)
     saved = tmp_path / "index.npz"
     verify_ahead.save_index(db, saved)
-    _cold["small, verified from the walk (bound)"] = _cold_rounds(benchmark, db, ahead=saved)
-
-
-@pytest.mark.benchmark(group="check-cold")
-def test_cold_check_verifying_beside_the_stream(benchmark, tmp_path: Path) -> None:
-    """The bound of any verification inside the stream: as the bound above, with the
-    read-ahead taking session.bodies (52 MB here) before session.db, so the archive walk
-    returns near the start and the saved index's verification runs beside the stream of
-    session.db rather than after it. Not a target either."""
-    db = sample_ledger("small", bodies=1_000_000)
-    why = _can_drop_caches()
-    if why is not None:
-        pytest.skip(why)
-    saved = tmp_path / "index.npz"
-    verify_ahead.save_index(db, saved)
-    _cold["small, verified beside the stream, bodies first (bound)"] = _cold_rounds(benchmark, db, ahead=saved,
-                                                                                     bodies_first=True)
+    _cold[_BOUNDS[bodies_first]] = _cold_rounds(benchmark, db, ahead=saved, bodies_first=bodies_first)
 
 
 @pytest.mark.benchmark(group="check-cold")
