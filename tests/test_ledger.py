@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -331,30 +330,25 @@ def test_close_releases_the_archive_map_and_descriptor_and_later_reads_are_refus
     assert _archive_handles(bodies) == (0, 0)
 
 
-class _CloseDuringQuery:
-    """A Ledger's connection whose every query first starts a thread closing the Ledger and
-    gives it half a second: ``closed_mid_query`` records whether that close got in while the
-    query was under way (it freed the connection SQLite was stepping: a segfault)."""
+class _LockWatchingConnection:
+    """A Ledger's connection that notes, at every query, whether the Ledger's lock is held:
+    close() frees the connection under that lock, so a query run outside it could be stepped
+    by SQLite while another thread frees it (a segfault)."""
 
     def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
         self.conn = ledger._conn
-        self.closers: list[threading.Thread] = []
-        self.closed_mid_query: list[bool] = []
+        self.lock = ledger._lock
+        self.held: list[bool] = []
 
     def execute(self, sql: str, params: tuple[object, ...] = ()) -> Any:
-        closer = threading.Thread(target=self.ledger.close)
-        closer.start()
-        self.closers.append(closer)
-        closer.join(timeout=0.5)
-        self.closed_mid_query.append(not closer.is_alive())
+        self.held.append(self.lock.locked())
         return self.conn.execute(sql, params)
 
     def close(self) -> None:
         self.conn.close()
 
 
-def test_a_close_on_another_thread_waits_for_every_query_in_progress(tmp_path: Path) -> None:
+def test_every_query_runs_under_the_lock_close_takes(tmp_path: Path) -> None:
     written = write_ledger(tmp_path, count=10)
     reads: list[tuple[str, Any]] = [
         ("read_body", lambda ledger: ledger.read_body(_event_id(3), "net_events", "request")),
@@ -363,14 +357,11 @@ def test_a_close_on_another_thread_waits_for_every_query_in_progress(tmp_path: P
     ]
     results = {}
     for name, read in reads:
-        ledger = Ledger(tmp_path)
-        conn = _CloseDuringQuery(ledger)
-        ledger._conn = conn  # type: ignore[assignment]
-        results[name] = read(ledger)
-        for closer in conn.closers:
-            closer.join()
-        assert conn.closed_mid_query == [False], name
-        assert ledger.closed
+        with Ledger(tmp_path) as ledger:
+            conn = _LockWatchingConnection(ledger)
+            ledger._conn = conn  # type: ignore[assignment]
+            results[name] = read(ledger)
+            assert conn.held and all(conn.held), (name, conn.held)
     assert results["read_body"] == written[3]
     assert results["committed_extent"] == os.path.getsize(tmp_path / "session.bodies")
     assert results["bodies_of"] == [("net_events", "request", None, len(written[3]))]
