@@ -130,9 +130,10 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated):
         state.report()
         raise
-    except LedgerError:
-        # A page that cannot be read (a row too large for one) ends the run after the events
-        # before it: their cursor goes out first, then the error's one line.
+    except (LedgerError, OSError):
+        # A page that cannot be read (a row too large for one), or an output that fails (a
+        # full disk), ends the run after the events delivered whole: their cursor goes out
+        # first, then the error's one line.
         if state.paged:
             state.report()
         raise
