@@ -333,6 +333,32 @@ def test_rows_claiming_more_than_their_block_holds_never_size_the_buffer(tmp_pat
     assert int(peak_kib) < 400 << 10, f"peak RSS {int(peak_kib) >> 10} MiB for {len(written)} small bodies"
 
 
+def test_a_block_whose_listed_raw_len_is_past_the_format_lets_no_row_size_the_buffer(tmp_path: Path) -> None:
+    """The block's raw_len bounds its rows, and it is read from disk too: a block listed as
+    2^40 bytes long, with rows claiming 2^38 each, would size a buffer of terabytes. A block
+    longer than the format's largest lets its rows claim nothing; the rest read as before."""
+    directory = tmp_path / "forged"
+    write_blocks_ledger(directory, count=4, size=4000)
+    db = directory / "session.db"
+    with sqlite3.connect(db) as conn:
+        block = conn.execute("SELECT block_offset FROM body_blocks ORDER BY block_offset").fetchone()[0]
+        in_block = conn.execute("SELECT COUNT(*) FROM event_body_blobs WHERE block_offset = ?", (block,)).fetchone()[0]
+        total = conn.execute("SELECT COUNT(*) FROM event_body_blobs").fetchone()[0]
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("UPDATE body_blocks SET raw_len = ? WHERE block_offset = ?", (1 << 40, block))
+        conn.executemany(
+            "INSERT INTO event_body_blobs (event_id, event_type, source_table, direction, original_bytes, "
+            "stored_bytes, truncated, body_hash, block_offset, body_offset, body_len, created_at) "
+            "VALUES (?, 'http.request', 'net_events', 'payload', ?, ?, 0, ?, ?, 0, ?, '2026-11-30T12:00:00Z')",
+            [(f"{0xf10000 + i:012x}", 1 << 38, 1 << 38, "blake3:" + "0" * 64, block, 1 << 38) for i in range(4)])
+    done = subprocess.run([sys.executable, "-c", _FORGED_READ, str(directory)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    findings, ok, kinds, peak_kib = done.stdout.split()
+    assert (int(findings), int(ok), kinds) == (in_block + 4, total - in_block, "out_of_range")
+    assert int(peak_kib) < 400 << 10, f"peak RSS {int(peak_kib) >> 10} MiB"
+
+
 @pytest.mark.parametrize("max_bytes", [float("nan"), float("inf"), 1.5, True, "64", -1])
 def test_a_max_bytes_that_is_no_bound_is_refused_never_ignored(
         blocks_ledger: tuple[Path, dict[Key, bytes]], max_bytes: object) -> None:

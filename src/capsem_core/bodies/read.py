@@ -189,15 +189,16 @@ def in_block(idx: BodyIndex, positions: Positions) -> npt.NDArray[np.bool_]:
     """Per chosen row: whether its span lies inside a block body_blocks lists (within that
     block's raw_len). A batch is sized from the rows' own lengths, so only these may claim
     bytes: a forged index could otherwise claim 16 MiB per row of a block holding a few
-    hundred bytes (a row naming a block no body_blocks row lists breaks its foreign key)."""
+    hundred bytes (a row naming a block no body_blocks row lists breaks its foreign key). The
+    block's raw_len is read from disk too: one over the format's largest block claims nothing."""
     blocks = idx.blocks
-    blk = idx.block_offset[positions]
-    at = np.minimum(np.searchsorted(blocks.block_offset, blk), max(len(blocks) - 1, 0))
     if not len(blocks):
         return np.zeros(positions.shape[0], np.bool_)
-    off, lens = idx.body_offset[positions], idx.body_len[positions]
-    listed = blocks.block_offset[at] == blk
-    inside = (off >= 0) & (lens >= 0) & (off <= blocks.raw_len[at]) & (lens <= blocks.raw_len[at] - off)
+    blk = idx.block_offset[positions]
+    at = np.minimum(np.searchsorted(blocks.block_offset, blk), len(blocks) - 1)
+    off, lens, raw = idx.body_offset[positions], idx.body_len[positions], blocks.raw_len[at]
+    listed = (blocks.block_offset[at] == blk) & (raw >= 0) & (raw <= MAX_BLOCK_RAW_BYTES)
+    inside = (off >= 0) & (lens >= 0) & (off <= raw) & (lens <= raw - off)
     ok: npt.NDArray[np.bool_] = listed & inside & idx.row_ok[positions]
     return ok
 
