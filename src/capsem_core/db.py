@@ -355,8 +355,10 @@ def connect_readwrite(path: PathArg, *, create: bool = False, isolation_level: I
     """The one read-write connection (``create``: make the file when it is missing).
 
     sqlite3.Error propagates: callers word their own failures (opening for writing fails
-    for reasons a reader never meets).
+    for reasons a reader never meets). LedgerError names a -journal, -wal or -shm beside it
+    that is not a regular file, as for a reader: a writer waits on a FIFO just the same.
     """
+    refuse_irregular_sidecars(path)
     uri = _uri(os.fspath(path), "mode=rwc" if create else "mode=rw")
     return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=isolation_level,
                            check_same_thread=check_same_thread)

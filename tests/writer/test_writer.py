@@ -549,3 +549,18 @@ def test_a_failed_append_retires_the_archive_but_keeps_committed_bodies_and_rows
     assert query(db, "SELECT COUNT(*) FROM net_events") == [(3,)]
     assert [b.data for b in oracle.archived_bodies(db)] == [b"safe"]
     oracle.check_index_extents(db)
+
+
+@pytest.mark.parametrize("sidecar", ["-journal", "-wal"])
+def test_a_writer_beside_a_fifo_sidecar_refuses_by_name_and_never_waits(tmp_path: Path, sidecar: str) -> None:
+    """SQLite's open of a FIFO -journal (its hot-journal test) waits for a writer for ever, deaf
+    to SIGTERM; a reader refused one, and a writer opening the same ledger must too."""
+    directory = tmp_path / "sess"
+    with LedgerWriter(directory) as w:
+        w.insert("net_events", net_row(0))
+    os.mkfifo(directory / f"session.db{sidecar}")
+    probe = ("import sys\nfrom capsem_core.errors import LedgerError\nfrom capsem_core.writer import LedgerWriter\n"
+             "try:\n    LedgerWriter(sys.argv[1]).close()\nexcept LedgerError as exc:\n    print(exc)\n")
+    # The timeout only guards against the hang this test is about.
+    done = subprocess.run([sys.executable, "-c", probe, str(directory)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "not a regular file" in done.stdout and sidecar in done.stdout, done
