@@ -564,3 +564,16 @@ def test_a_writer_beside_a_fifo_sidecar_refuses_by_name_and_never_waits(tmp_path
     # The timeout only guards against the hang this test is about.
     done = subprocess.run([sys.executable, "-c", probe, str(directory)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "not a regular file" in done.stdout and sidecar in done.stdout, done
+
+
+def test_rows_a_failed_flush_puts_back_count_towards_flush_bytes_again() -> None:
+    """A job that did not commit goes back in front of the buffers with its bytes: else each
+    failure would let another flush_bytes pile up on top of the rows it put back."""
+    from capsem_core.writer.flush import Pending
+
+    pending = Pending()
+    pending.buffered, pending.buffered_bytes = 3, 3 * MIB
+    job = pending.take("2026-12-07T10:00:00.000000Z", lambda: None)
+    assert (pending.buffered, pending.buffered_bytes) == (0, 0)
+    pending.restore(job)
+    assert (pending.buffered, pending.buffered_bytes) == (3, 3 * MIB)

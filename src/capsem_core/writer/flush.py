@@ -45,15 +45,16 @@ Work = Callable[["Job"], None]
 class Job:
     """One flush's worth of work, taken out of the buffers: segments to record, rows to commit."""
 
-    __slots__ = ("segments", "body_rows", "batches", "buffered", "unsynced", "stamp", "body_count",
+    __slots__ = ("segments", "body_rows", "batches", "buffered", "buffered_bytes", "unsynced", "stamp", "body_count",
                  "rejected", "error", "sync_error", "thread", "claim", "done", "committed")
 
     def __init__(self, segments: list[SegmentWritten], body_rows: list[BodyRow], batches: list[Batch],
-                 buffered: int, unsynced: bool, stamp: str) -> None:
+                 buffered: int, buffered_bytes: int, unsynced: bool, stamp: str) -> None:
         self.segments = segments
         self.body_rows = body_rows
         self.batches = batches
         self.buffered = buffered
+        self.buffered_bytes = buffered_bytes
         self.unsynced = unsynced
         self.stamp = stamp
         self.body_count = len(body_rows)
@@ -94,7 +95,7 @@ class Pending:
 
     def take(self, stamp: str, forget_batches: Callable[[], None]) -> Job:
         """Move everything buffered into a job (``forget_batches`` closes the tables' batches)."""
-        job = Job(self.segments, self.body_rows, self.batches, self.buffered, self.unsynced, stamp)
+        job = Job(self.segments, self.body_rows, self.batches, self.buffered, self.buffered_bytes, self.unsynced, stamp)
         try:
             self.segments = []
             self.body_rows = []
@@ -108,7 +109,7 @@ class Pending:
             # Interrupted half way: put everything back, as if the job was never taken.
             self.unsynced = job.unsynced
             self.segments, self.body_rows, self.rows_written = job.segments, job.body_rows, job.body_count
-            self.batches, self.buffered = job.batches, job.buffered
+            self.batches, self.buffered, self.buffered_bytes = job.batches, job.buffered, job.buffered_bytes
             raise
         return job
 
@@ -120,6 +121,9 @@ class Pending:
         self.rows_written += len(job.body_rows)
         self.batches[:0] = job.batches
         self.buffered += job.buffered - (job.body_count - len(job.body_rows))
+        # Their bytes count again (all of them, bodies dropped with a failed sync too: a
+        # flush a little early, never memory held past flush_bytes).
+        self.buffered_bytes += job.buffered_bytes
 
 
 # --- running a job ----------------------------------------------------------------------------
