@@ -249,10 +249,20 @@ def _argv(world: World, run: Run, command: str, subject: argparse.Action | None,
         options.append(f"{option}={name}")
         outputs.append(run.cwd / name)
     if command == "sample":
-        # A sample stays small: a few bodies (bounded by bytes when the count is the subject)
-        # in one session.
-        options += ["--raw-bytes=64K"] if subject is not None and subject.dest == "bodies" else ["--bodies=20"]
-        if subject is None or subject.dest != "sessions":
+        # A sample stays small, in the mode its options ask for (sample refuses an option of the
+        # other mode before it writes, so a mixed line would test only that usage error): a
+        # --home of one session of 20 bodies, or one ledger of 20 bodies (bounded by bytes when
+        # the count is the subject). --sessions needs --home; the sizes and --progress need
+        # one ledger.
+        dest = subject.dest if subject is not None else None
+        home = dest == "sessions" or (dest not in ("bodies", "raw_bytes") and "--home" in flags)
+        flags = [f for f in flags if f not in ("--home", "--progress")] + (["--home"] if home else
+                                                                          [f for f in flags if f == "--progress"])
+        if dest != "bodies":
+            options.append("--bodies=20")
+        elif not home:
+            options.append("--raw-bytes=64K")
+        if home and dest != "sessions":
             options.append("--sessions=1")
     # "--" only before positionals: a command that takes none (list) refuses a bare "--".
     return [command, *flags, *options, *(["--", *positionals] if positionals else [])], outputs
