@@ -55,14 +55,6 @@ def header_value(raw: bytes) -> bytes | None:
     return raw
 
 
-def text_value(value: str | None) -> bytes | None:
-    """A ledger text (surrogate-escaped where it was not UTF-8) as header bytes, or None when a
-    header may not carry it (see ``header_value``)."""
-    if value is None:
-        return None
-    return header_value(value.encode("utf-8", "surrogateescape"))
-
-
 def warc_date_of_text(stamp: bytes) -> bytes | None:
     """``YYYY-MM-DDTHH:MM:SSZ`` from a ledger timestamp that is exactly
     ``YYYY-MM-DDTHH:MM:SS[.fraction]Z`` and names a real UTC time, truncated to the second;
@@ -140,5 +132,5 @@ def warcinfo_record(session: str, which: str, export_id: str, date: str, fields:
 
 
 __all__ = ["DEFAULT_CONTENT_TYPE", "MAX_HEADER_VALUE_BYTES", "MAX_UNIX_MS", "RECORD_TRAILER", "WARCINFO_CONTENT_TYPE",
-           "header_value", "id_part", "record_id", "resource_head", "text_value", "warc_date_now", "warc_date_of_ms",
+           "header_value", "id_part", "record_id", "resource_head", "warc_date_now", "warc_date_of_ms",
            "warc_date_of_text", "warc_fields", "warcinfo_id", "warcinfo_record"]
