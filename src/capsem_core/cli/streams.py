@@ -126,6 +126,8 @@ class guarded:
             sys.stderr = open(os.devnull, "w")   # its lines dropped, never sent to stdout
 
     def __exit__(self, *exc: object) -> None:
+        if self.saved[1] is None and sys.stderr is not None:
+            sys.stderr.close()   # the devnull opened above: not left to the collector
         sys.stdout, sys.stderr = self.saved
 
 
