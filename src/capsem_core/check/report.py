@@ -8,7 +8,6 @@ finding does to its section, and what the sections make of the report and its ex
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,6 +173,8 @@ def _worse(a: str, b: str) -> str:
 
 def report_to_json(report: CheckReport, *, strict: bool = False) -> str:
     """The report as one JSON object with the exact ledger values (digests as hex)."""
+    import json   # only --json needs it: a text check starts without it
+
     return json.dumps(report.to_json(strict), indent=2, default=json_default) + "\n"
 
 

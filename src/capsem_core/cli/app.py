@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import signal
 import sys
@@ -292,6 +291,8 @@ def _json_error(args: argparse.Namespace | None, message: str, code: int, path: 
 
 def _write_json_error(command: str | None, message: str, code: int, path: object = None) -> None:
     """``{"error", "command", "exit_status", "path"}`` on stdout (ASCII: escaped like the line)."""
+    import json   # here: a command that succeeds never needs it
+
     where = None if path is None else (os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path))
     try:
         sys.stdout.write(json.dumps({"error": message, "command": command, "exit_status": code, "path": where},

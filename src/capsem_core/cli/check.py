@@ -10,7 +10,6 @@ sessions instead; the text report starts with them too. Exit status: the report'
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,6 +163,8 @@ def _list_sessions(as_json: bool, out_colour: bool) -> int:
     if not recent:
         raise LedgerError("No sessions found in main.db", main_db)
     if as_json:
+        import json
+
         sys.stdout.write(json.dumps({"format": "capsem-ledger-sessions", "version": 1, "main_db": str(main_db),
                                      "sessions": [recent_json(r) for r in recent]}, indent=2) + "\n")
     else:
