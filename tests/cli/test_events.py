@@ -1,5 +1,5 @@
 """``capsem-ledger events`` as a process: JSON lines with the exact values, a cursor on stderr
-that resumes exactly, tables and limits, --follow ended by SIGINT or SIGTERM (exit 0), a ledger
+that resumes exactly, tables and limits, --follow ended by SIGINT, SIGTERM or SIGHUP (exit 0), a ledger
 whose strings are hostile shown escaped on a terminal, one-line errors, and a closed pipe."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_a_session_is_found_by_id_or_as_the_latest_like_check_finds_it(tmp_path:
     assert missing.returncode == 1 and len(missing.stderr.splitlines()) == 1 and "Traceback" not in missing.stderr
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["sigint", "sigterm", "sighup"])
 def test_follow_prints_a_live_writers_rows_until_a_signal_then_exits_0_with_a_cursor(tmp_path: Path,
                                                                                   signum: int) -> None:
     writer = subprocess.Popen([sys.executable, "-m", "oracles.live_writer", str(tmp_path), "--rows", "1500"],

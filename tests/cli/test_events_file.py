@@ -1,6 +1,6 @@
 """``capsem-ledger events --table T --format parquet|arrow -o FILE``: a table's exact values as
 a Parquet or Arrow IPC file, a cursor that resumes after them, the output policy, a clear line
-without pyarrow, and no partial file after Ctrl-C or SIGTERM (real processes)."""
+without pyarrow, and no partial file after Ctrl-C, SIGTERM or SIGHUP (real processes)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ sys.exit(app.main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)])
 def test_an_interrupt_mid_file_leaves_no_partial_file(ledger: Path, tmp_path: Path, signame: str, code: int) -> None:
     out = tmp_path / "out.parquet"
     out.write_bytes(b"the old file")

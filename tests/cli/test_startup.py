@@ -37,13 +37,46 @@ sys.exit(cli.main(["check", "--db", "no-such-ledger/session.db"]))
 @pytest.mark.parametrize(("module", "who"), [("capsem_core.cli.check", "capsem-ledger"),
                                              ("capsem_core.check", "capsem-ledger check")])
 @pytest.mark.parametrize(("signum", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
-                                                      (signal.SIGTERM, 143, "terminated")])
+                                                      (signal.SIGTERM, 143, "terminated"),
+                                                      (signal.SIGHUP, 129, "terminated")])
 def test_a_signal_while_a_command_loads_is_one_line_and_the_usual_status(signum: int, code: int, word: str,
                                                                          module: str, who: str) -> None:
     done = subprocess.run([sys.executable, "-c", _EARLY_SIGNAL, str(int(signum)), module], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == code, done.stderr
     assert done.stderr == f"{who}: {word}\n"
+
+
+def test_a_sighup_the_user_ignored_stays_ignored() -> None:
+    """``nohup capsem-ledger ...``: the command was asked to outlive its terminal, so a SIGHUP
+    (here while the check loads) changes nothing: it ends as it would have without one."""
+    def ignore_hangups() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    done = subprocess.run([sys.executable, "-c", _EARLY_SIGNAL, str(int(signal.SIGHUP)), "capsem_core.check"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=ignore_hangups)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("capsem-ledger check: ") and "terminated" not in done.stderr
+
+
+def test_on_termination_sets_sigterm_and_sighup_and_restore_puts_them_back() -> None:
+    from capsem_core.cli.errors import on_termination, raise_terminated, restore
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    previous = on_termination()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is raise_terminated
+        assert signal.getsignal(signal.SIGHUP) is raise_terminated
+    finally:
+        restore(previous)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = on_termination()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        restore(previous)
+    finally:
+        signal.signal(signal.SIGHUP, before[1])
 
 
 # The commands are loaded; the signal comes while argparse builds the parser (the first

@@ -282,7 +282,11 @@ def test_scheduler_without_dask_says_in_one_line_how_to_install_it(tmp_path: Pat
         "capsem-ledger check: --scheduler needs Dask, which is not installed: pip install 'capsem-core[fleet]'"]
 
 
-def test_sigterm_ends_the_run_and_its_check_processes_with_143(tmp_path: Path, heavy_source: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["sigterm", "sighup"])
+def test_a_terminating_signal_ends_the_run_and_its_check_processes(tmp_path: Path, heavy_source: Path,
+                                                                   signum: int, code: int) -> None:
+    """SIGTERM, or SIGHUP as when the terminal goes away, ends ``check --all`` in one line
+    with 128 + the signal, and no check process outlives it."""
     home = fleet_home(tmp_path, heavy_source, heavy=8, sessions=1)
     env = dict(os.environ, CAPSEM_HOME=str(home.home), CAPSEM_RUN_DIR=str(home.home / "run"))
     proc = subprocess.Popen([sys.executable, "-m", "capsem_core", "check", "--all", "--verify-bodies", "--jobs", "2"],
@@ -291,13 +295,13 @@ def test_sigterm_ends_the_run_and_its_check_processes_with_143(tmp_path: Path, h
         parent = psutil.Process(proc.pid)
         checks = wait_for(lambda: [c for s in parent.children() for c in s.children()], timeout=120, every=0.005)
         family = parent.children(recursive=True)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 143 and err.strip() == "capsem-ledger check: terminated"
+    assert proc.returncode == code and err.strip() == "capsem-ledger check: terminated"
     assert checks
     _, alive = psutil.wait_procs(family, timeout=30)
     assert alive == []

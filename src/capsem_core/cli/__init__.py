@@ -2,7 +2,7 @@
 owns how text reaches a terminal, ``errors`` how a command gives up.
 
 ``main`` is the entry point: it imports the command asked for itself (only that one), so that
-a Ctrl-C or SIGTERM arriving while it loads ends in the same one line and exit status as one
+a Ctrl-C, SIGTERM or SIGHUP arriving while it loads ends in the same one line and exit status as one
 arriving later, never a traceback. The package and this module import nothing that is not
 loaded with the interpreter already, so the window before that handling starts is the
 interpreter's own start.
@@ -13,16 +13,12 @@ from __future__ import annotations
 import os
 import sys
 
-from capsem_core.cli.errors import Terminated, interrupted
+from capsem_core.cli.errors import Terminated, interrupted, on_termination, restore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 del TYPE_CHECKING
-
-
-def _terminated_early(signum: int, frame: object) -> None:
-    raise Terminated(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,14 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (Not list(argv): once the list command is loaded, this package's name "list" is it.)
     words = sys.argv[1:] if argv is None else [*argv]
     program = argv is None   # this process is capsem-ledger, not a caller of main(argv)
-    previous, on_main = None, False
+    previous: list[tuple[int, object]] = []
     try:
-        import signal
-        import threading
-
-        # Signal handlers belong to the main thread (a test may call main from another).
-        on_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _terminated_early) if on_main else None
+        # (Signal handlers belong to the main thread: a test may call main from another.)
+        previous = on_termination()
         from capsem_core.cli import streams
 
         streams.fill_closed()   # before any file is opened: none may become stdout or stderr
@@ -54,9 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("capsem-ledger: interrupted", file=sys.stderr)
         return 130
-    except Terminated:
+    except Terminated as exc:
         print("capsem-ledger: terminated", file=sys.stderr)
-        return 143
+        return exc.exit_status
     except ImportError as exc:
         # A Ctrl-C inside a native module's import comes out as its ImportError (numpy's).
         if not interrupted(exc):
@@ -64,8 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("capsem-ledger: interrupted", file=sys.stderr)
         return 130
     finally:
-        if on_main:
-            signal.signal(signal.SIGTERM, previous)
+        restore(previous)
     code = app.main(words)
     if program:
         startup.end()

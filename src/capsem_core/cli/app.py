@@ -3,7 +3,7 @@
 Each command is a module of this package exposing ``add_arguments(parser)`` and
 ``run(args) -> int`` (``COMMANDS``); this module only wires them up and turns every failure into one line on stderr, never a
 traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
-contradict each other) is argparse's usage line and exit 2, Ctrl-C 130 and SIGTERM 143.
+contradict each other) is argparse's usage line and exit 2, Ctrl-C 130, SIGTERM 143 and SIGHUP 129.
 Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
 A command run with ``--json`` also gets its error as JSON on stdout (``{"error": ...,
 "command": ..., "exit_status": ..., "path": ...}``), so a script reading stdout always reads JSON.
@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
-import threading
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
@@ -24,7 +22,7 @@ from typing import Any, NoReturn, TextIO
 
 from capsem_core.errors import LedgerError
 from capsem_core.cli import startup, streams
-from capsem_core.cli.errors import Terminated, UsageError, interrupted
+from capsem_core.cli.errors import Terminated, UsageError, interrupted, on_termination, restore
 from capsem_core.cli.terminal import escape_unencodable, sanitize
 
 # Every command: its name, its one-line help, and the module of this package that holds its
@@ -85,10 +83,6 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
                   file: TextIO | None = None, line: str | None = None) -> None:
     """A library warning as one escaped line on stderr (never Python's file:line form)."""
     print(f"capsem-ledger: warning: {sanitize(message)}", file=sys.stderr if file is None else file)
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(signum)
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -192,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
-    previous: Any = None
+    previous: list[tuple[int, Any]] = []
     try:
         # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
         # machine) ends in the one line too, not a traceback.
@@ -203,12 +197,12 @@ def _main(argv: Sequence[str] | None) -> int:
         if extra:
             # Said by the command's own parser, so the line names the command.
             args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        # SIGTERM raises Terminated in every command, as Ctrl-C raises KeyboardInterrupt: the
-        # writers' exit paths run (and leave a sound ledger) instead of the process dying
-        # mid-record, and a reader ends in the same one line (and 143), whatever it was doing.
-        # (Handlers belong to the main thread; a caller on another thread keeps its own.)
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        # SIGTERM and SIGHUP raise Terminated in every command, as Ctrl-C raises
+        # KeyboardInterrupt: the writers' exit paths run (and leave a sound ledger) instead of
+        # the process dying mid-record, and a reader ends in the same one line (and 143 or
+        # 129), whatever it was doing. (Handlers belong to the main thread; a caller on another
+        # thread keeps its own.)
+        previous = on_termination()
         code = int(args._run(args))
         sys.stdout.flush()   # here, so a failure of what is still buffered is said as any other
         return code
@@ -239,9 +233,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"{_who(args)}: interrupted", file=sys.stderr)
         return 130
-    except Terminated:
+    except Terminated as exc:
         print(f"{_who(args)}: terminated", file=sys.stderr)
-        return 143
+        return exc.exit_status
     except ImportError as exc:
         # A module a command loads as it runs (numpy) turns a Ctrl-C into its ImportError.
         if not interrupted(exc):
@@ -250,8 +244,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
     finally:
         startup.loaded()   # whatever the command did not say
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        restore(previous)
 
 
 def _cwd_removed() -> bool:

@@ -6,8 +6,8 @@ one JSON object per line with ``--jsonl`` (the exact values; ASCII-only, so noth
 drive a terminal), otherwise one aligned line per event with every ledger string sanitized.
 When it ends it prints ``cursor: <cursor>`` on stderr; ``--after <cursor>`` resumes exactly
 after the last event printed. Without ``--follow`` it stops once it has caught up with what
-was committed; with it, it polls until Ctrl-C or SIGTERM and then exits 0. A second signal
-interrupts at once (exit 130 or 143, the cursor still printed for what was written). A
+was committed; with it, it polls until Ctrl-C, SIGTERM or SIGHUP and then exits 0. A second
+signal interrupts at once (exit 130, 143 or 129, the cursor still printed for what was written). A
 page that cannot be read (a row too large for one) ends it after the events before it: their
 cursor, then the error's one line (exit 1). A closed pipe ends it quietly. ``--table T --format
 parquet|arrow -o FILE`` writes one table's rows as a file instead (``events_file``).
@@ -26,11 +26,11 @@ import signal
 import sys
 from collections.abc import Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from capsem_core.cli import events_file, startup, streams
 from capsem_core.cli.arguments import add_ledger_target, ledger_target, whole_number
-from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.errors import TERMINATING, Terminated, UsageError, on_termination, restore
 from capsem_core.cli.terminal import Style, cell, colour_wanted, sanitize
 from capsem_core.errors import LedgerError
 from capsem_core.events import EVENT_TABLE_NAMES, MAX_LIMIT, choose_tables
@@ -70,15 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cursor printed by an earlier run")
     parser.add_argument("--limit", type=whole_number, metavar="N", help="print at most N events, then stop")
     parser.add_argument("--follow", action="store_true",
-                        help="keep printing events as they are committed, until Ctrl-C or SIGTERM (exit 0)")
+                        help="keep printing events as they are committed, until Ctrl-C, SIGTERM or SIGHUP (exit 0)")
     parser.add_argument("--jsonl", action="store_true",
                         help="one JSON object per event and line, with every column's exact value")
     events_file.add_arguments(parser)
 
 
 class _Stop:
-    """The first Ctrl-C / SIGTERM asks the follower to stop after the page in hand; a second
-    one interrupts at once."""
+    """The first Ctrl-C / SIGTERM / SIGHUP asks the follower to stop after the page in hand; a
+    second one interrupts at once."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -88,7 +88,7 @@ class _Stop:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
-            if signum == signal.SIGTERM:
+            if signum in TERMINATING:
                 raise Terminated(signum)
             raise KeyboardInterrupt
         self.requested = True
@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     printer = _JsonLines() if args.jsonl else _Lines(colour_wanted(out))
     stop = _Stop()
-    previous = {}
+    previous: list[tuple[int, Any]] = []
     if args.follow:
-        previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = [(signal.SIGINT, signal.signal(signal.SIGINT, stop.handle)), *on_termination(stop.handle)]
     state = _Progress(args.after, out)
     try:
         with Ledger(db_path) as ledger:
@@ -138,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
             state.report()
         raise
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        restore(previous)
     try:
         out.flush()
     except BrokenPipeError:

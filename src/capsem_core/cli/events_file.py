@@ -14,13 +14,11 @@ which Parquet cannot hold: such a table is refused for Parquet (write ``--format
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from types import FrameType
 from typing import Any
 
 from capsem_core.cli.arguments import ledger_target, output_argument
-from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.errors import UsageError
 from capsem_core.errors import LedgerError
 from capsem_core.outputs import STDOUT, output_stream
 
@@ -67,37 +65,31 @@ def _pyarrow() -> tuple[Any, Any, Any]:
     return pyarrow, pyarrow.parquet, pyarrow.ipc
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signum)
-
-
 def run(args: argparse.Namespace) -> int:
     table = _checked(args)
     pa, pq, ipc = _pyarrow()
     db_path = ledger_target(args)
     from capsem_core.ledger import Ledger
 
-    previous = signal.signal(signal.SIGTERM, _terminate)  # the partial file goes, as on Ctrl-C
-    try:
-        with Ledger(db_path) as ledger:
-            scan = ledger.scan(table, after=args.after)
-            reader = pa.RecordBatchReader.from_stream(scan)
-            unions = [f.name for f in reader.schema if pa.types.is_union(f.type)]
-            if args.format == "parquet" and unions:
-                raise LedgerError(f"{table}.{unions[0]} holds values of several storage classes (an Arrow union), "
-                                  "which Parquet cannot hold: write --format arrow", db_path)
-            with output_stream(args.output, inputs=(ledger.db_path,)) as out:
-                writer = (pq.ParquetWriter(out, reader.schema) if args.format == "parquet"
-                          else ipc.new_file(out, reader.schema))
-                try:
-                    for batch in reader:
-                        writer.write_batch(batch)
-                finally:
-                    writer.close()
-                out.flush()
-            print(f"cursor: {scan.cursor}", file=sys.stderr)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM and SIGHUP come here as Terminated (app.main's handler), so the partial file
+    # goes, as on Ctrl-C.
+    with Ledger(db_path) as ledger:
+        scan = ledger.scan(table, after=args.after)
+        reader = pa.RecordBatchReader.from_stream(scan)
+        unions = [f.name for f in reader.schema if pa.types.is_union(f.type)]
+        if args.format == "parquet" and unions:
+            raise LedgerError(f"{table}.{unions[0]} holds values of several storage classes (an Arrow union), "
+                              "which Parquet cannot hold: write --format arrow", db_path)
+        with output_stream(args.output, inputs=(ledger.db_path,)) as out:
+            writer = (pq.ParquetWriter(out, reader.schema) if args.format == "parquet"
+                      else ipc.new_file(out, reader.schema))
+            try:
+                for batch in reader:
+                    writer.write_batch(batch)
+            finally:
+                writer.close()
+            out.flush()
+        print(f"cursor: {scan.cursor}", file=sys.stderr)
     return 0
 
 

@@ -21,13 +21,12 @@ or unreadable, a directory could not be read or a ``--path`` was not searched (w
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, ContextManager
 
 from capsem_core.cli.arguments import counted, path_argument
-from capsem_core.cli.errors import Terminated, UsageError
+from capsem_core.cli.errors import UsageError
 from capsem_core.cli.terminal import colour_wanted
 from capsem_core.errors import LedgerError
 
@@ -83,10 +82,6 @@ def _tls_given(args: argparse.Namespace) -> list[str]:
     return [flag for flag, dest, _ in TLS_OPTIONS if getattr(args, dest, None) is not None]
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(signum)
-
-
 def run(args: argparse.Namespace, *, options: VerifyOptions | None) -> int:
     """``check --all``: the fleet run and its report; exit status 1 when any ledger is
     damaged or unreadable. ``options``: the verify options ``check`` built from its own
@@ -118,14 +113,12 @@ def run(args: argparse.Namespace, *, options: VerifyOptions | None) -> int:
             return 2
         # Before the search: a TLS setting that is missing or unusable is one line (exit 1).
         tls = client_tls(args.scheduler, ca_file=args.tls_ca_file, cert=args.tls_cert, key=args.tls_key)
-    # The checks only read, so SIGTERM may end them at once: the runner kills its processes.
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # The checks only read, so SIGTERM or SIGHUP may end them at once (app.main raises it as
+    # Terminated): the runner kills its processes.
     try:
         report = _run(args, extra, tls)
     except UnsupportedOption as exc:
         raise UsageError(str(exc)) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if args.json:
         sys.stdout.write(fleet_to_json(report, strict=args.strict))
     else:

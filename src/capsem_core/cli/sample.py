@@ -68,7 +68,7 @@ def _check_mode(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the sample ``args`` ask for; 130 / 143 after an interrupt or SIGTERM."""
+    """Write the sample ``args`` ask for; 130 / 143 / 129 after an interrupt, SIGTERM or SIGHUP."""
     _check_mode(args)
     write = _sample_writer(args)
     before = _entries(args.directory)
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             text = write()
         except (KeyboardInterrupt, Terminated) as e:
-            code, what = (130, "interrupted") if isinstance(e, KeyboardInterrupt) else (143, "terminated")
+            code, what = (130, "interrupted") if isinstance(e, KeyboardInterrupt) else (e.exit_status, "terminated")
             print(f"capsem-ledger sample: {what}; {sanitize(args.directory)} holds a partial sample whose "
                   "ledgers check sound (every body committed before the signal is whole)", file=sys.stderr)
             return code
