@@ -530,6 +530,24 @@ def test_a_record_path_that_is_not_a_regular_file_is_left_alone_and_said(ledger:
     assert stat.S_ISFIFO(os.lstat(path).st_mode)
 
 
+@pytest.mark.parametrize("via", ["HOME", "XDG_CACHE_HOME"])
+def test_a_home_that_does_not_exist_is_never_created_for_a_record(ledger: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, via: str) -> None:
+    """HOME=/nonexistent (a service account, a container): the check runs, verifies every
+    block and says the record was not written; nothing is made where the home should be."""
+    gone = tmp_path / "gone"
+    monkeypatch.delenv(_record.RECORD_DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv(via, str(gone if via == "HOME" else gone / "cache"))
+    report = incremental(ledger)
+    assert report.sound and report.coverage.record == "not written"
+    assert f"{gone} is not a directory" in (report.coverage.warning or "")
+    assert not gone.exists()
+    gone.mkdir()   # once the home is there, its cache is made under it
+    assert incremental(ledger).coverage.record == "written"
+    assert len(list(gone.rglob("*.record"))) == 1
+
+
 def test_a_relative_xdg_cache_home_is_ignored_so_records_never_follow_the_current_directory(tmp_path: Path) -> None:
     home_cache = Path.home() / ".cache" / "capsem-core" / "verified"
     assert _record.record_dir({"XDG_CACHE_HOME": "cache"}) == home_cache

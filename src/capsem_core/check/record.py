@@ -217,14 +217,26 @@ def _remove_stale_temporaries(dir_fd: int) -> None:
             pass
 
 
+def _never_made(directory: Path) -> Path | None:
+    """What ``save`` never creates above the default record directory: the home, or
+    XDG_CACHE_HOME's parent (the cache base itself may be made, as the XDG rules say). None
+    for a directory named by CAPSEM_CORE_VERIFIED_DIR or the caller: it is made as given."""
+    if directory == record_dir() and not os.environ.get(RECORD_DIR_ENV):
+        return directory.parent.parent.parent
+    return None
+
+
 def save(path: Path, identity: Identity, entries: Entries) -> None:
     """Write the record through the output-path policy (``outputs.write_file_at``): its
-    directory (0700, in the user's cache) made when missing, a temporary file (0600) beside
-    it written and fsynced, renamed over the old record (a regular file only), the directory
-    fsynced. OSError or LedgerError when it cannot be written; the old record is then left
-    as it was."""
+    directory (0700, in the user's cache) made when missing (never a missing home above it:
+    with HOME=/nonexistent nothing is created), a temporary file (0600) beside it written and
+    fsynced, renamed over the old record (a regular file only), the directory fsynced.
+    OSError or LedgerError when it cannot be written; the old record is then left as it was."""
     data = encode(identity, entries)
     directory = path.parent
+    above = _never_made(directory)
+    if above is not None and not above.is_dir():
+        raise LedgerError(f"{above} is not a directory, and the record's directory is not made under it", directory)
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
