@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from capsem_core import errors
@@ -390,6 +391,33 @@ def test_verify_refuses_an_age_or_subset_of_the_wrong_kind(tmp_path: Path, kwarg
     write_ledger(tmp_path / "a")
     with Ledger(tmp_path / "a") as ledger, pytest.raises(error):
         ledger.verify(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cache", [float("inf"), float("nan"), True, 1.5, "64", -1])
+def test_a_block_cache_bound_that_is_no_byte_count_is_refused_by_name(tmp_path: Path, cache: object) -> None:
+    """inf and True were taken (as what? a cache of any size, of one byte), NaN failed in
+    int() naming nothing."""
+    write_ledger(tmp_path / "a")
+    with pytest.raises((TypeError, ValueError), match="block_cache_bytes"):
+        Ledger(tmp_path / "a", block_cache_bytes=cache)  # type: ignore[arg-type]
+    with Ledger(tmp_path / "a", block_cache_bytes=0) as ledger:
+        assert len(ledger.index()) > 0
+
+
+def test_a_row_of_an_index_is_chosen_by_an_int_never_a_bool_or_a_float(tmp_path: Path) -> None:
+    """True read as row 1 and 1.5 as row 1 (or an IndexError about a tuple)."""
+    write_ledger(tmp_path / "a")
+    with Ledger(tmp_path / "a") as ledger:
+        index = ledger.index()
+    for row in (True, 1.5, np.bool_(False)):
+        with pytest.raises(TypeError, match="a row is chosen by an int"):
+            index.key(row)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="a row is chosen by an int"):
+            index.hash_text(row)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="array of float64"):
+        index.event_id[np.array([0.5])]
+    assert index.key(np.int64(1)) == index.key(1) and index.key(-1) == index.key(len(index) - 1)
+    assert len(index.event_id[[]]) == 0 and len(index.event_id[np.array([0, 1])]) == 2
 
 
 @pytest.mark.parametrize("poll", [0, -1, float("nan"), float("inf"), 1e12, "1"])

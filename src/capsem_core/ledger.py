@@ -79,6 +79,7 @@ class Ledger:
     """
 
     def __init__(self, path: os.PathLike[str] | str, *, block_cache_bytes: int = DEFAULT_BLOCK_CACHE_BYTES):
+        _bulk.check_max_bytes(block_cache_bytes, least=0, name="block_cache_bytes")
         self._closed = False
         self._events: EventReader | None = None
         self._columns_file: HeldFile | None = None

@@ -138,3 +138,8 @@ def test_a_cursor_error_is_a_ledger_error_and_after_must_be_text(tmp_path: Path)
     assert issubclass(CursorError, LedgerError)
     with Ledger(tmp_path) as ledger, pytest.raises(TypeError, match="after must be"):
         ledger.events(after=None)  # type: ignore[arg-type]
+    # follow checks ``after`` when called, as events does (a list failed deep inside, an
+    # AttributeError naming nothing).
+    for after in ([], b"start", None):
+        with Ledger(tmp_path) as ledger, pytest.raises(TypeError, match="after must be"):
+            ledger.follow(after=after, stop=lambda: True)  # type: ignore[arg-type]

@@ -158,6 +158,8 @@ class BodyIndex:
 
     def hash_text(self, i: int) -> str:
         """Row i's body hash as the index writes it ("blake3:" + hex)."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"a row is chosen by an int, not {type(i).__name__}")
         return body_hash_text(bytes(self.digest[i]))
 
     def kernel_rows(self) -> dict[str, Any]:

@@ -100,13 +100,19 @@ class TextColumn:
     def __getitem__(self, key: slice | npt.NDArray[Any]) -> TextColumn: ...
 
     def __getitem__(self, key: int | slice | npt.NDArray[Any]) -> str | None | TextColumn:
+        if isinstance(key, (bool, np.bool_)):
+            raise TypeError("a row is chosen by an int (or positions, a mask or a slice), not a bool")
         if isinstance(key, (int, np.integer)):
             return self.value(int(key))
         if isinstance(key, slice):
             return self.take(np.arange(len(self))[key])
         key = np.asarray(key)
-        if key.dtype == np.bool_:
+        if key.dtype == np.bool_ and key.ndim == 1:
             return self.take(np.flatnonzero(key))
+        if key.ndim != 1 or (key.dtype.kind not in "iu" and key.size):   # [] is no row
+            # As numpy itself: 1.5 or [1.5] chooses no row (astype would have taken row 1).
+            raise TypeError("a row is chosen by an int (or positions, a mask or a slice), "
+                            f"not {type(key.item()).__name__ if key.ndim == 0 else f'an array of {key.dtype}'}")
         return self.take(key.astype(np.intp, copy=False))
 
     def take(self, positions: Positions) -> TextColumn:

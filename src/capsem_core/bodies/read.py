@@ -110,14 +110,15 @@ def check_errors(errors: str) -> None:
         raise ValueError(f"errors is one of {', '.join(ERRORS)}, not {errors!r}")
 
 
-def check_max_bytes(max_bytes: object, least: int = 1) -> None:
-    """A ``max_bytes=`` bound as given, checked: an int (not a bool) of at least ``least``;
-    TypeError or ValueError naming it otherwise. NaN compared false with every total, so it
-    read as no bound at all: the whole selection in one buffer."""
+def check_max_bytes(max_bytes: object, least: int = 1, name: str = "max_bytes") -> None:
+    """A byte bound (``max_bytes=``, ``block_cache_bytes=``: ``name``) as given, checked: an
+    int (not a bool) of at least ``least``; TypeError or ValueError naming it otherwise. NaN
+    compared false with every total, so it read as no bound at all (the whole selection in
+    one buffer), and inf as a cache without a bound."""
     if type(max_bytes) is not int:
-        raise TypeError(f"max_bytes is an int, not {type(max_bytes).__name__}")
+        raise TypeError(f"{name} is an int, not {type(max_bytes).__name__}")
     if max_bytes < least:
-        raise ValueError(f"max_bytes is at least {least}, not {max_bytes}")
+        raise ValueError(f"{name} is at least {least}, not {max_bytes}")
 
 
 def check_body_table(name: object) -> str:

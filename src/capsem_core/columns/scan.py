@@ -173,8 +173,7 @@ def _resolve_after(source: _columns.Source, table: TablePlan, after: str, db_pat
                    end: int | None) -> tuple[int | None, bytes | None, dict[str, Mark] | None]:
     """(position to start after, its anchor, the events cursor's marks for an event table)."""
     event = scan_cursor.is_event_table(table.table)
-    if not isinstance(after, str):
-        raise TypeError(f"after must be 'start', 'latest' or a cursor's text, not {type(after).__name__}")
+    events_cursor.check_after(after)
     if after == "start":
         return None, None, {} if event else None
     if after == "latest":

@@ -147,6 +147,14 @@ def checked_payload(body: str, key: bytes, minimum: int, refuse: Callable[[str],
     return payload
 
 
+def check_after(after: object) -> str:
+    """``after`` as every reader takes it: "start", "latest" or a cursor's text; TypeError
+    for anything that is not a str (a list, bytes), before any of it is read."""
+    if not isinstance(after, str):
+        raise TypeError(f"after must be 'start', 'latest' or a cursor's text, not {type(after).__name__}")
+    return after
+
+
 def decode(text: str, where: Where = None) -> dict[str, Mark]:
     """The marks a cursor's text holds. Raises CursorError (naming ``where``, the ledger's
     session.db) for text that is not a cursor, is of another version, or was edited."""
@@ -182,5 +190,5 @@ def decode(text: str, where: Where = None) -> dict[str, Mark]:
     return marks
 
 
-__all__ = ["ANCHOR_BYTES", "MAX_CURSOR_CHARS", "Mark", "PREFIX", "START", "VERSION", "anchor_of",
+__all__ = ["ANCHOR_BYTES", "MAX_CURSOR_CHARS", "Mark", "PREFIX", "START", "VERSION", "anchor_of", "check_after",
            "checked_payload", "decode", "encode", "leb128", "read_leb128"]

@@ -187,8 +187,7 @@ class EventReader:
         """The next page of events after ``after`` (see ``Ledger.events``)."""
         chosen = choose_tables(tables)
         size = clamp_limit(limit)
-        if not isinstance(after, str):
-            raise TypeError(f"after must be 'start', 'latest' or a cursor's text, not {type(after).__name__}")
+        _cursor.check_after(after)
         marks = None if after == "latest" else dict(_cursor.START) if after == "start" else _cursor.decode(
             after, self.db_path)
         with self._lock:
@@ -387,7 +386,7 @@ class EventReader:
         The tables, ``after`` and ``limit`` are checked now, not at the first page."""
         names = [t.name for t in choose_tables(tables)]
         clamp_limit(limit)
-        if after not in ("start", "latest"):
+        if _cursor.check_after(after) not in ("start", "latest"):
             _cursor.decode(after, self.db_path)
         return self._follow(names, after, limit, poll, stop)
 
