@@ -101,3 +101,22 @@ def test_a_directory_reached_two_ways_is_counted_once_as_its_ledgers_are(tmp_pat
     assert [u.path.name for u in once.unchecked] == ["setting-up"]
     assert [(u.path.name, u.status) for u in twice.unchecked] == [(u.path.name, u.status) for u in once.unchecked]
     assert len(twice.ledgers) == len(once.ledgers)
+
+
+def test_a_home_in_a_tree_is_not_read_through_a_link_as_its_sessions_or_its_run(tmp_path: Path) -> None:
+    """The tree walk follows no link, and a home it meets keeps to that: a ``run/sessions``
+    (or a ``run``) that is a link to ledgers elsewhere lists none of them, and says why."""
+    write_sample_home(tmp_path / "tree" / "home", sessions=2, seed=6, bodies=20)
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "tree" / "home" / "run" / "sessions").rename(elsewhere)
+    (tmp_path / "tree" / "home" / "run" / "sessions").symlink_to(elsewhere)
+    found = discover_tree(tmp_path / "tree")
+    assert not [x for x in found.ledgers if elsewhere in x.directory.parents or x.kind == "ephemeral"]
+    assert any("run/sessions: a symbolic link, not followed" in n for n in found.notes)
+    persistent = [x for x in found.ledgers if x.kind == "persistent"]
+    assert persistent and all(x.session_id for x in persistent)   # the real part of the home is read
+    run = tmp_path / "tree" / "home" / "run"
+    run.rename(tmp_path / "run-elsewhere")
+    run.symlink_to(tmp_path / "run-elsewhere")
+    found = discover_tree(tmp_path / "tree")
+    assert found.ledgers == [] and any("symbolic link not followed" in n for n in found.notes)

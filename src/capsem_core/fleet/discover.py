@@ -212,25 +212,34 @@ def _home_entry(entry: os.DirEntry[str], found: Discovery) -> bool:
     return held is True
 
 
-def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Discovery | None = None) -> Discovery:
+def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Discovery | None = None, *,
+                  in_tree: bool = False) -> Discovery:
     """Every ledger directory of a home's run directory (``home=None``: the one
     ``CAPSEM_HOME`` / ``CAPSEM_RUN_DIR`` name). A session directory that is a symbolic link
     is listed (its check refuses it by name); one holding neither half of a ledger is not a
     ledger (a session being set up) is accounted for as "not a ledger", and one that cannot be
-    looked into as "unreadable"."""
+    looked into as "unreadable". ``in_tree``: a home met in a ``--path`` tree, whose
+    ``run/sessions`` or ``run/persistent`` is not read through a symbolic link (noted), as the
+    tree walk follows none."""
     found = Discovery() if found is None else found
     layout = home_layout(home)
+    if in_tree:
+        for root in (layout.sessions_root, layout.persistent_root):
+            if os.path.islink(root):
+                found.notes.append(f"{os.path.abspath(root)}: a symbolic link, not followed")
+        if os.path.islink(layout.sessions_root) and os.path.islink(layout.persistent_root):
+            return found
     # Absolute: a task names its ledger to a worker, whose working directory (on another
     # machine, with Dask) is not this one's.
     main_db = Path(os.path.abspath(layout.main_db))
     links = vmnames.read_links(main_db) if main_db.exists() else {}
     by_id = vmnames.names_by_id(links)
-    for entry in _entries(Path(os.path.abspath(layout.sessions_root)), found):
+    for entry in _roots_entries(layout.sessions_root, in_tree, found):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             word = entry.name if is_session_word(entry.name) else None
             found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None, main_db))
-    for entry in _entries(Path(os.path.abspath(layout.persistent_root)), found):
+    for entry in _roots_entries(layout.persistent_root, in_tree, found):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             name = entry.name
@@ -241,8 +250,23 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
     return found
 
 
+def _roots_entries(root: os.PathLike[str] | str, in_tree: bool, found: Discovery) -> list[os.DirEntry[str]]:
+    """A home's sessions or persistent root's entries (none for a link inside a tree)."""
+    if in_tree and os.path.islink(root):
+        return []
+    return _entries(Path(os.path.abspath(root)), found)
+
+
 def _is_home(directory: Path) -> bool:
-    return (directory / "sessions" / "main.db").is_file() and (directory / "run").is_dir()
+    """A home as a tree walk meets it: ``sessions/main.db`` a file and ``run`` a directory,
+    neither reached through a symbolic link (the walk follows none)."""
+    try:
+        sessions = os.lstat(directory / "sessions")
+        main_db = os.lstat(directory / "sessions" / "main.db")
+        run = os.lstat(directory / "run")
+    except OSError:
+        return False
+    return stat.S_ISDIR(sessions.st_mode) and stat.S_ISREG(main_db.st_mode) and stat.S_ISDIR(run.st_mode)
 
 
 def discover_tree(root: os.PathLike[str] | str, found: Discovery | None = None, *,
@@ -300,7 +324,7 @@ def _walk(directory: Path, depth: int, max_depth: int, visited: set[tuple[int, i
             found.add(_sized(directory, "directory", None, None))
         return
     if _is_home(directory):
-        discover_home(directory, found)
+        discover_home(directory, found, in_tree=True)
         # Its run directory is read as the home's; the rest of the home may hold other trees.
         skip = {"run"}
     else:
