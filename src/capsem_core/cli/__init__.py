@@ -2,9 +2,9 @@
 owns how text reaches a terminal, ``errors`` how a command gives up.
 
 ``main`` is the entry point: it imports the command asked for itself (only that one), so that
-a Ctrl-C, SIGTERM or SIGHUP arriving while it loads ends in the same one line and exit status as one
-arriving later, never a traceback. The package and this module import nothing that is not
-loaded with the interpreter already, so the window before that handling starts is the
+a Ctrl-C, SIGTERM or SIGHUP arriving while it loads ends in the same one line and exit status
+as one arriving later, never a traceback. The package and this module import nothing that is
+not loaded with the interpreter already, so the window before that handling starts is the
 interpreter's own start.
 """
 

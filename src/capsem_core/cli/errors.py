@@ -73,8 +73,9 @@ def restore(previous: list[tuple[int, Any]]) -> None:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` came of a Ctrl-C, SIGTERM or SIGHUP: one itself, or an error raised while one
-    was being handled (a native module's import turns it into its own ImportError: numpy's)."""
+    """Whether ``exc`` came of a Ctrl-C, SIGTERM or SIGHUP: one itself, or an error raised
+    while one was being handled (a native module's import turns it into its own ImportError:
+    numpy's)."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:
