@@ -96,18 +96,25 @@ def whole(snapshot: Snapshot) -> Part:
 
 
 def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progress: Progress | None = None,
-        into: Into | None = None, use_libdeflate: bool = True) -> Verified:
+        into: Into | None = None, use_libdeflate: bool = True, read: Any = None) -> Verified:
     """Read ``part`` (default: every body) back through its hashes on ``snapshot``'s archive
     reader, and word every failure (see the module). ``threads``: 0 is the thread budget
     (``capsem_core.cores``); ``progress(bytes_done, bodies_done)`` is called a few times a
     second (one that also has ``begin(total_bytes, total_bodies)`` is told the totals first).
     ``use_libdeflate=False`` streams every deflate segment through zlib alone, the reference the
-    fast path must agree with (tests and benchmarks compare the two)."""
+    fast path must agree with (tests and benchmarks compare the two). ``read``: what
+    ``read_back`` returned for the whole of this snapshot, worded here instead of reading
+    again."""
     part = part if part is not None else whole(snapshot)
     rows = part.rows
-    kernel_rows = rows.kernel_rows()
     if len(rows) == 0:
         return Verified(np.zeros(0, np.uint8), [], [] if into is not None and into.as_bytes else None)
+    if read is not None:
+        if not part.whole or into is not None:
+            raise ValueError("a read_back outcome is the whole snapshot's, handed nowhere")
+        faults = _faults(read, rows, snapshot.conn, snapshot.db_path) if read.status.any() else []
+        return Verified(read.status, faults)
+    kernel_rows = rows.kernel_rows()
     begin = getattr(progress, "begin", None)
     if begin is not None:
         begin(int(rows.body_len.sum()), len(rows))
@@ -127,6 +134,25 @@ def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progr
                                               use_libdeflate, walk)
     faults = _faults(outcome, rows, snapshot.conn, snapshot.db_path) if outcome.status.any() else []
     return Verified(outcome.status, faults, datas)
+
+
+def read_back(snapshot: Snapshot, *, threads: int = 0, progress: Progress | None = None) -> Any:
+    """Every body of the snapshot read back by the kernel before its extents are walked (the
+    kernel walks each block's segments itself, as for any part), unworded: ``run(snapshot,
+    read=...)`` words it once the archive check has found the index and the file in agreement.
+    A check does this where session.bodies is the larger file of the pair: the kernel's read is
+    then the one stream of it, and the walk after it finds the file cached, where the walk
+    first read it at the disk's pace while the kernel waited. The kernel bounds every header
+    it reads, so an archive the check later finds damaged is read safely, and its outcome is
+    dropped. ``progress`` as for ``run``; ``end()``, when it has one, is not called."""
+    part = whole(snapshot)
+    if len(part.rows) == 0:
+        return None
+    begin = getattr(progress, "begin", None)
+    if begin is not None:
+        begin(int(part.rows.body_len.sum()), len(part.rows))
+    return _archive.verify_bodies_with(snapshot.archive(), part.blocks.arrays(), part.rows.kernel_rows(),
+                                       cores.threads(threads), progress, True, None)
 
 
 def verify_ledger(db_path: os.PathLike[str] | str, *, threads: int = 0, progress: Progress | None = None,
@@ -189,4 +215,4 @@ def _faults(outcome: Any, rows: BodyIndex, conn: sqlite3.Connection, db_path: ob
     return faults
 
 
-__all__ = ["BodyFault", "Into", "Part", "Verified", "row_labels", "run", "verify_ledger", "whole"]
+__all__ = ["BodyFault", "Into", "Part", "Verified", "read_back", "row_labels", "run", "verify_ledger", "whole"]

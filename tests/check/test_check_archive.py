@@ -2,7 +2,10 @@
 
 Each test writes a sound ledger with LedgerWriter (test_check.write_ledger: two blocks, the
 first cut into several segments) or a sample ledger, damages exactly one thing, and asserts
-the finding, its wording and the exit code.
+the finding, its wording and the exit code. Every test runs in both of a plain
+--verify-bodies' orders: the archive walked first (where session.db is the larger file, as in
+these ledgers) and the bodies read back first (where session.bodies is, forced here): the
+findings, their wording and the exit code are the same.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from tests.columns.ledgers import poke
 
 from capsem_core import check
 from capsem_core.check import check_ledger, sql_checks
+from capsem_core.check import run as check_run
 from capsem_core.format import SEGMENT_HEADER_BYTES
 from oracles.archive_reader import parse_segment
 from capsem_core.sample import write_sample_ledger
@@ -44,6 +48,14 @@ def flip(path: Path, offset: int) -> None:
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.fixture(autouse=True, params=["walk-first", "bodies-first"])
+def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which file a plain --verify-bodies reads first (``check/run.py``'s ``_bodies_first``)."""
+    if request.param == "bodies-first":
+        monkeypatch.setattr(check_run, "_bodies_larger", lambda snapshot: True)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -572,7 +584,9 @@ def test_past_the_kept_findings_the_walk_before_still_counts_every_one(ledger: P
     (True, None, True), (False, None, False), (True, "incremental", False), (True, "subset", False)])
 def test_zlibs_rules_are_walked_ahead_only_where_every_block_is_read_back(ledger: Path, monkeypatch, verify: bool,
                                                                            options: str | None, rules: bool,
-                                                                           tmp_path: Path) -> None:
+                                                                           tmp_path: Path, order: str) -> None:
+    """...after the walk: where the bodies were read back first, the kernel walked the rules
+    itself, and the walk after it has nothing to do ahead of."""
     from capsem_core.check.incremental import VerifyOptions
     from capsem_core.check.subset import Subset
     from capsem_core.snapshot import Snapshot
@@ -588,4 +602,4 @@ def test_zlibs_rules_are_walked_ahead_only_where_every_block_is_read_back(ledger
     chosen = {None: None, "incremental": VerifyOptions(incremental=True, record_dir=tmp_path),
               "subset": VerifyOptions(subset=Subset.parse("1/2"))}[options]
     report = check_ledger(ledger, verify_bodies=verify, options=chosen)
-    assert report.sound and asked == [rules]
+    assert report.sound and asked == [rules and order == "walk-first"]

@@ -211,12 +211,13 @@ def rows_digests(index: BodyIndex, starts: npt.NDArray[np.int64],
 
 
 def verify_part(snapshot: Snapshot, options: VerifyOptions, *, threads: int = 0,
-                progress: Callable[[int, int], None] | None = None) -> Outcome:
+                progress: Callable[[int, int], None] | None = None, read: Any = None) -> Outcome:
     """Verify the part of the snapshot's ledger ``options`` asks for (every block, by default)
     on its archive reader, its index's bodies naming recorded blocks (the archive check found
     them in agreement; ``Ledger.verify`` may hand over one that does not, and the kernel
     reports it). ``progress`` is told what the kernel will read (its ``begin``), then how far
-    it is."""
+    it is. ``read``: the whole snapshot already read back (``verify.read_back``), for a
+    ``whole`` options only."""
     index = snapshot.index()
     reader = snapshot.archive()
     blocks = index.blocks
@@ -297,7 +298,7 @@ def verify_part(snapshot: Snapshot, options: VerifyOptions, *, threads: int = 0,
     cov.verified = Share.of(full, counts, k_disk)
 
     part = _verify.whole(snapshot) if full.all() else _verify.Part(*index.in_blocks(full))
-    verified = _verify.run(snapshot, part, threads=threads, progress=progress)
+    verified = _verify.run(snapshot, part, threads=threads, progress=progress, read=read)
     failed = _failed_blocks(part.rows, verified.status, k_off)
     pending = None
     if options.incremental and identity is not None and path is not None and rows is not None:

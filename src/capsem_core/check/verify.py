@@ -11,7 +11,7 @@ agreement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from capsem_core.check.report import ERROR, CheckResult, Finding
 
@@ -39,19 +39,20 @@ class VerifyStep(NamedTuple):
 
 
 def verify_bodies(snapshot: Snapshot, result: CheckResult, progress: ProgressCallback | None,
-                  options: VerifyOptions | None = None) -> VerifyStep:
+                  options: VerifyOptions | None = None, read: Any = None) -> VerifyStep:
     """Every body of ``snapshot`` read back through its segments' hashes and its own, failing
     rows labelled through its connection. ``options``: --incremental, --max-age and --subset
-    (default: every block)."""
+    (default: every block). ``read``: the bodies already read back before the archive walk
+    (``verify.read_back``, with ``progress`` told and ended there), worded here."""
     # The verify machinery loads when bodies are read back, not for every check.
     from capsem_core.check.incremental import VerifyOptions, verify_part
 
     index = snapshot.index()
     total = len(index)
     result.counts.update(bodies=total, verified=0, body_bytes=int(index.body_len.sum()) if total else 0)
-    end = getattr(progress, "end", None)
+    end = getattr(progress, "end", None) if read is None else None
     try:
-        outcome = verify_part(snapshot, options or VerifyOptions(), progress=progress)
+        outcome = verify_part(snapshot, options or VerifyOptions(), progress=progress, read=read)
     finally:
         if end is not None:
             end()
