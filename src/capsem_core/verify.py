@@ -96,7 +96,8 @@ def whole(snapshot: Snapshot) -> Part:
 
 
 def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progress: Progress | None = None,
-        into: Into | None = None, use_libdeflate: bool = True, read: Any = None) -> Verified:
+        into: Into | None = None, use_libdeflate: bool = True,
+        read: _archive.VerifyOutcome | None = None) -> Verified:
     """Read ``part`` (default: every body) back through its hashes on ``snapshot``'s archive
     reader, and word every failure (see the module). ``threads``: 0 is the thread budget
     (``capsem_core.cores``); ``progress(bytes_done, bodies_done)`` is called a few times a
@@ -136,7 +137,8 @@ def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progr
     return Verified(outcome.status, faults, datas)
 
 
-def read_back(snapshot: Snapshot, *, threads: int = 0, progress: Progress | None = None) -> Any:
+def read_back(snapshot: Snapshot, *, threads: int = 0,
+              progress: Progress | None = None) -> _archive.VerifyOutcome | None:
     """Every body of the snapshot read back by the kernel before its extents are walked (the
     kernel walks each block's segments itself, as for any part), unworded: ``run(snapshot,
     read=...)`` words it once the archive check has found the index and the file in agreement.

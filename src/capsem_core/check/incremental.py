@@ -211,7 +211,8 @@ def rows_digests(index: BodyIndex, starts: npt.NDArray[np.int64],
 
 
 def verify_part(snapshot: Snapshot, options: VerifyOptions, *, threads: int = 0,
-                progress: Callable[[int, int], None] | None = None, read: Any = None) -> Outcome:
+                progress: Callable[[int, int], None] | None = None,
+                read: _archive.VerifyOutcome | None = None) -> Outcome:
     """Verify the part of the snapshot's ledger ``options`` asks for (every block, by default)
     on its archive reader, its index's bodies naming recorded blocks (the archive check found
     them in agreement; ``Ledger.verify`` may hand over one that does not, and the kernel

@@ -40,6 +40,7 @@ from capsem_core.pages.usage import usage_from_graph
 from capsem_core.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from capsem_core._native._archive import VerifyOutcome
     from capsem_core.check.incremental import VerifyOptions
 
 # Below this size a second worker costs more than its share of the work saves: each opens a
@@ -263,7 +264,8 @@ class _Check:
             return None
         return self.snapshot.index(alongside=self.alongside)
 
-    def _archive_walk(self, conn: sqlite3.Connection, names: set[str], read: Any = None) -> ArchiveWalk | None:
+    def _archive_walk(self, conn: sqlite3.Connection, names: set[str],
+                      read: VerifyOutcome | None = None) -> ArchiveWalk | None:
         if not has_body_index(names):
             return None
         # zlib's rules ahead of the kernel only where it will read every block back after.
@@ -281,7 +283,7 @@ class _Check:
         self._first = bool(whole) and _bodies_larger(self.snapshot)
         return self._first
 
-    def _bodies_read(self, conn: sqlite3.Connection, index: BodyIndex | None) -> Any:
+    def _bodies_read(self, conn: sqlite3.Connection, index: BodyIndex | None) -> VerifyOutcome | None:
         """Every body read back (``verify.read_back``), or None where there is none or the
         archive cannot be opened (the walk says why, and the bodies are not read)."""
         if index is None or len(index) == 0:
@@ -312,7 +314,7 @@ class _Check:
                                     usage_from_graph(graph, conn))
 
     def _verify(self, conn: sqlite3.Connection, archive_sound: bool, _index: BodyIndex | None,
-                read: Any = None) -> VerifyStep | None:
+                read: VerifyOutcome | None = None) -> VerifyStep | None:
         result = self.report.checks["verify_bodies"]
         if not self.report.verify_bodies:
             result.skip("not requested (--verify-bodies reads every body back through its hash)")

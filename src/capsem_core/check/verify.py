@@ -11,11 +11,12 @@ agreement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from capsem_core.check.report import ERROR, CheckResult, Finding
 
 if TYPE_CHECKING:
+    from capsem_core._native._archive import VerifyOutcome
     from capsem_core.check.incremental import Coverage, PendingRecord, VerifyOptions
     from capsem_core.snapshot import Snapshot
     from capsem_core.verify import BodyFault
@@ -39,7 +40,7 @@ class VerifyStep(NamedTuple):
 
 
 def verify_bodies(snapshot: Snapshot, result: CheckResult, progress: ProgressCallback | None,
-                  options: VerifyOptions | None = None, read: Any = None) -> VerifyStep:
+                  options: VerifyOptions | None = None, read: VerifyOutcome | None = None) -> VerifyStep:
     """Every body of ``snapshot`` read back through its segments' hashes and its own, failing
     rows labelled through its connection. ``options``: --incremental, --max-age and --subset
     (default: every block). ``read``: the bodies already read back before the archive walk
