@@ -27,7 +27,7 @@ from capsem_core import db, memory
 from capsem_core._native import _archive, _pages
 from capsem_core.bodies.body_index import BodyIndex, Blocks
 from capsem_core.bodies.scan import scan_blocks, scan_index
-from capsem_core.errors import LedgerError
+from capsem_core.errors import ArchiveError, LedgerError
 from capsem_core.pages import tables
 from capsem_core.pages.check import damage_lines
 from capsem_core.pages.index import Alongside
@@ -148,6 +148,7 @@ class Snapshot:
         self.workers: list[sqlite3.Connection] = workers or []
         self.walk: _archive.ExtentWalk | None = None
         self._reader = reader
+        self._refused: ArchiveError | None = None   # why session.bodies could not be opened
         self._owned = owned
         self._own_reader = False
         self._extra: list[sqlite3.Connection] = []
@@ -232,9 +233,16 @@ class Snapshot:
 
     def archive(self) -> _archive.ArchiveReader:
         """The reader of session.bodies, opened once (its open checks the file header: an
-        ArchiveError when it is not a version-2 archive)."""
+        ArchiveError when it is not a version-2 archive, raised again at a later ask without
+        opening the file again)."""
+        if self._refused is not None:
+            raise self._refused
         if self._reader is None:
-            self._reader = _archive.ArchiveReader(self.bodies_path)
+            try:
+                self._reader = _archive.ArchiveReader(self.bodies_path)
+            except ArchiveError as exc:
+                self._refused = exc
+                raise
             self._own_reader = True
             if self._ahead_bodies:
                 self._ahead_add(self._reader.fileno(), self._reader.size)

@@ -82,3 +82,25 @@ def test_a_check_reading_the_bodies_first_opens_session_bodies_once(large: Path,
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(_opens(trace, large.with_suffix(".bodies"))) == 1
     _cleanup(large)
+
+
+def test_a_bad_header_is_one_finding_and_one_open_in_either_order(large: Path, tmp_path: Path) -> None:
+    """The early read-back's open fails on a header that is not an archive's; the walk reports
+    it from the snapshot's remembered refusal, without opening the file again."""
+    import shutil
+
+    broken = tmp_path / "sess-bad-header"
+    shutil.copytree(large.parent, broken)
+    with open(broken / "session.bodies", "r+b") as f:
+        f.write(b"NOTANARCHIVE")
+    db = broken / "session.db"
+    report = check_ledger(db, verify_bodies=True)
+    assert not report.sound
+    assert [f.code for f in report.checks["body_archive"].findings] == ["bad_file_header"]
+    assert report.checks["verify_bodies"].status == "skipped"
+    trace = tmp_path / "trace.txt"
+    _cleanup(db)
+    done = _check(db, strace=trace)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert len(_opens(trace, db.with_suffix(".bodies"))) == 1
+    _cleanup(db)
