@@ -75,13 +75,19 @@ def test_a_partial_or_incremental_verify_walks_first_whatever_the_sizes(large: P
     assert reads == []
 
 
-def test_a_check_reading_the_bodies_first_opens_session_bodies_once(large: Path, tmp_path: Path) -> None:
+def _bodies_opens(db: Path, tmp_path: Path) -> tuple[int, int]:
+    """(exit status, successful opens of session.bodies) of ``check --verify-bodies`` under strace."""
     trace = tmp_path / "trace.txt"
-    _cleanup(large)
-    done = _check(large, strace=trace)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert len(_opens(trace, large.with_suffix(".bodies"))) == 1
-    _cleanup(large)
+    _cleanup(db)
+    try:
+        done = _check(db, strace=trace)
+        return done.returncode, len(_opens(trace, db.with_suffix(".bodies")))
+    finally:
+        _cleanup(db)
+
+
+def test_a_check_reading_the_bodies_first_opens_session_bodies_once(large: Path, tmp_path: Path) -> None:
+    assert _bodies_opens(large, tmp_path) == (0, 1)
 
 
 def test_a_bad_header_is_one_finding_and_one_open_in_either_order(large: Path, tmp_path: Path) -> None:
@@ -98,9 +104,4 @@ def test_a_bad_header_is_one_finding_and_one_open_in_either_order(large: Path, t
     assert not report.sound
     assert [f.code for f in report.checks["body_archive"].findings] == ["bad_file_header"]
     assert report.checks["verify_bodies"].status == "skipped"
-    trace = tmp_path / "trace.txt"
-    _cleanup(db)
-    done = _check(db, strace=trace)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert len(_opens(trace, db.with_suffix(".bodies"))) == 1
-    _cleanup(db)
+    assert _bodies_opens(db, tmp_path) == (1, 1)
