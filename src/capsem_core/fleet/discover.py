@@ -223,23 +223,23 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
     tree walk follows none."""
     found = Discovery() if found is None else found
     layout = home_layout(home)
-    if in_tree:
-        for root in (layout.sessions_root, layout.persistent_root):
-            if os.path.islink(root):
-                found.notes.append(f"{os.path.abspath(root)}: a symbolic link, not followed")
-        if os.path.islink(layout.sessions_root) and os.path.islink(layout.persistent_root):
-            return found
+    linked = {root for root in (layout.sessions_root, layout.persistent_root) if in_tree and os.path.islink(root)}
+    found.notes += [f"{os.path.abspath(root)}: a symbolic link, not followed" for root in sorted(linked)]
+
+    def listed(root: Path) -> list[os.DirEntry[str]]:
+        return [] if root in linked else _entries(Path(os.path.abspath(root)), found)
+
     # Absolute: a task names its ledger to a worker, whose working directory (on another
     # machine, with Dask) is not this one's.
     main_db = Path(os.path.abspath(layout.main_db))
     links = vmnames.read_links(main_db) if main_db.exists() else {}
     by_id = vmnames.names_by_id(links)
-    for entry in _roots_entries(layout.sessions_root, in_tree, found):
+    for entry in listed(layout.sessions_root):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             word = entry.name if is_session_word(entry.name) else None
             found.add(_sized(directory, "ephemeral", word, by_id.get(word) if word else None, main_db))
-    for entry in _roots_entries(layout.persistent_root, in_tree, found):
+    for entry in listed(layout.persistent_root):
         directory = Path(entry.path)
         if _home_entry(entry, found):
             name = entry.name
@@ -248,13 +248,6 @@ def discover_home(home: Home | os.PathLike[str] | str | None = None, found: Disc
                 session_id = name  # a VM named by its id (Capsem's doctor assumes as much)
             found.add(_sized(directory, "persistent", session_id, name, main_db))
     return found
-
-
-def _roots_entries(root: os.PathLike[str] | str, in_tree: bool, found: Discovery) -> list[os.DirEntry[str]]:
-    """A home's sessions or persistent root's entries (none for a link inside a tree)."""
-    if in_tree and os.path.islink(root):
-        return []
-    return _entries(Path(os.path.abspath(root)), found)
 
 
 def _is_home(directory: Path) -> bool:
