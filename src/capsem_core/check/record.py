@@ -2,10 +2,10 @@
 
 One small file per ledger in the user's cache (``$CAPSEM_CORE_VERIFIED_DIR``, else
 ``$XDG_CACHE_HOME/capsem-core/verified`` where that is absolute, else
-``~/.cache/capsem-core/verified``), never beside the ledger: reading a ledger writes nothing to it. The file is named after the
-archive's absolute path and holds the ledger's identity and, per verified block, its extent,
-a fingerprint of its on-disk bytes and segment hashes, a digest of the index rows that name
-it, and when it was verified: bytes per block, not per body.
+``~/.cache/capsem-core/verified``), never beside the ledger: reading a ledger writes nothing
+to it. The file is named after the archive's absolute path and holds the ledger's identity
+and, per verified block, its extent, a fingerprint of its on-disk bytes and segment hashes, a
+digest of the index rows that name it, and when it was verified: bytes per block, not per body.
 
 Layout (little-endian): a 96-byte header (magic ``CAPSEMVR``, version, entry size, the
 identity, the block count), ``count`` entries of ``ENTRY.itemsize`` bytes in block order,
