@@ -103,6 +103,33 @@ def test_a_ctrl_c_while_the_arguments_are_parsed_is_one_line_and_130() -> None:
     assert done.stderr == "capsem-ledger: interrupted\n"
 
 
+# The same moment through the entry point, which loads the command and hands over to app.main:
+# no signal between the two finds the default action (a silent death).
+_SIGNAL_IN_PARSER = """
+import argparse, os, sys
+import capsem_core.cli as cli
+real = argparse.ArgumentParser.add_argument
+
+def tripwire(self, *args, **kwargs):
+    argparse.ArgumentParser.add_argument = real
+    os.kill(os.getpid(), int(sys.argv[1]))
+    return real(self, *args, **kwargs)
+
+argparse.ArgumentParser.add_argument = tripwire
+sys.exit(cli.main(["check", "--db", "no-such-ledger/session.db"]))
+"""
+
+
+@pytest.mark.parametrize(("signum", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                      (signal.SIGTERM, 143, "terminated"),
+                                                      (signal.SIGHUP, 129, "terminated")])
+def test_a_signal_while_the_entry_point_parses_the_arguments_is_one_line(signum: int, code: int, word: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_IN_PARSER, str(int(signum))], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert done.stderr == f"capsem-ledger: {word}\n"
+
+
 _BLAS_THREADS = """
 import os, sys
 import capsem_core.cli as cli

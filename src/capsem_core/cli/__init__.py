@@ -1,9 +1,10 @@
 """The ``capsem-ledger`` command line: ``app`` wires one module per command, ``terminal``
 owns how text reaches a terminal, ``errors`` how a command gives up.
 
-``main`` is the entry point: it imports the command asked for itself (only that one), so that
-a Ctrl-C, SIGTERM or SIGHUP arriving while it loads ends in the same one line and exit status
-as one arriving later, never a traceback. The package and this module import nothing that is
+``main`` is the entry point: it imports the command asked for itself (only that one), and
+handles a Ctrl-C, SIGTERM or SIGHUP from before it loads the command to after the command
+returns, so that one arriving while it loads or while the arguments are parsed ends in the
+same one line and exit status as one arriving later, never a traceback or a silent death. The package and this module import nothing that is
 not loaded with the interpreter already, so the window before that handling starts is the
 interpreter's own start.
 """
@@ -43,6 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             startup.begin()
 
         app.command_module(app.chosen_command(words))  # imported inside this guard
+        # Still inside it: app.main installs the same handlers around the command, and a
+        # signal before it does (while argparse builds the parser) or after (at exit) is
+        # handled alike.
+        code = app.main(words)
+        if program:
+            startup.end()
+        return code
     except KeyboardInterrupt:
         print("capsem-ledger: interrupted", file=sys.stderr)
         return 130
@@ -57,10 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         restore(previous)
-    code = app.main(words)
-    if program:
-        startup.end()
-    return code
 
 
 __all__ = ["main"]
