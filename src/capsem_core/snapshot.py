@@ -263,15 +263,13 @@ class Snapshot:
             self._ahead = None
             return False
 
-    def read_ahead(self, *, bodies: bool, share: float = 1.0, bodies_first: bool = False) -> None:
+    def read_ahead(self, *, bodies: bool, share: float = 1.0) -> None:
         """Stream session.db into the page cache ahead of this snapshot's readers, then, with
         ``bodies``, session.bodies once its reader is open (``_archive.ReadAhead``: file order,
         through the descriptors already open), so a check from a cold cache reads at the
-        disk's pace rather than a fault at a time. With ``bodies_first`` too, session.bodies is
-        opened now and streamed before session.db (an ArchiveError is kept for ``archive()``
-        to raise). At most ``share`` (this check's share of the machine, when several run at
-        once) of ``read_ahead_budget()`` bytes. Only where the pages are mapped (the file is the
-        snapshot); stopped by ``close``."""
+        disk's pace rather than a fault at a time. At most ``share`` (this check's share of the
+        machine, when several run at once) of ``read_ahead_budget()`` bytes. Only where the
+        pages are mapped (the file is the snapshot); stopped by ``close``."""
         if self._ahead is not None or self.pages is None:
             return
         budget = int(read_ahead_budget() * min(1.0, max(0.0, share)))
@@ -286,24 +284,10 @@ class Snapshot:
         # as the identity graph's scan of a table spread over the whole file does, would read
         # each missing page alone, between the stream's reads, slowing both.
         gate = _pages.StreamGate()
-        first = bodies and bodies_first
-        if first:
-            self._stream_bodies_now()
         if self._ahead_add(self.pages.fileno(), self.pages.size, gate):
             self.pages.follow(gate)
-        if bodies and not first and self._reader is not None:
+        if bodies and self._reader is not None:
             self._ahead_add(self._reader.fileno(), self._reader.size)
-
-    def _stream_bodies_now(self) -> None:
-        """session.bodies handed to the read-ahead now: opened here where it is not open yet
-        (once: ``archive()`` adds it to the stream as it opens, and keeps an ArchiveError)."""
-        if self._reader is not None:
-            self._ahead_add(self._reader.fileno(), self._reader.size)
-            return
-        try:
-            self.archive()
-        except ArchiveError:
-            pass   # archive() raises it again to the step that reads the file, which words it
 
     @property
     def reader(self) -> _archive.ArchiveReader | None:

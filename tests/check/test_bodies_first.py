@@ -1,9 +1,7 @@
 """A plain --verify-bodies of a ledger whose session.bodies is the larger file reads the bodies
 back before it walks the archive (``check/run.py``, ``verify.read_back``): one read of the file
 under the kernel, the walk after it from the cache, one open of session.bodies, and the
-verdicts of the other order (``test_check_archive.py`` runs every archive test in both).
-Where session.bodies is a small part of session.db, the read-ahead streams it before
-session.db (``_bodies_ahead``), again through the check's one open of it."""
+verdicts of the other order (``test_check_archive.py`` runs every archive test in both)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ import pytest
 from tests.check.test_one_path import _check, _cleanup, _opens
 
 from capsem_core import verify
-from capsem_core._native import _archive
 from capsem_core.check import check_ledger
 from capsem_core.snapshot import Snapshot
 from capsem_core.writer import Body, LedgerWriter
@@ -35,64 +32,6 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
         Path(str(db) + sidecar).unlink(missing_ok=True)
     assert db.with_suffix(".bodies").stat().st_size > db.stat().st_size
     return db
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Many rows whose bodies deflate to little: session.bodies a small part of session.db."""
-    directory = tmp_path_factory.mktemp("bodies-ahead") / "sess-small"
-    with LedgerWriter(directory) as w:
-        for i in range(600):
-            w.insert("net_events", {"timestamp": f"2025-06-02T09:{i // 60:02d}:{i % 60:02d}Z", "domain": "example.com",
-                                    "decision": "allowed", "method": "GET", "path": f"/item/{i}" + "x" * 400,
-                                    "status_code": 200},
-                     [Body("response", b"same answer " * 8 + str(i).encode(), "http.request")])
-    db = directory / "session.db"
-    for sidecar in ("-wal", "-shm"):
-        Path(str(db) + sidecar).unlink(missing_ok=True)
-    assert 0 < db.with_suffix(".bodies").stat().st_size * 8 <= db.stat().st_size
-    return db
-
-
-def _streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files the check's read-ahead is handed, in order, by name, as the check runs."""
-    real = _archive.ReadAhead
-    names: list[str] = []
-
-    class Recording:
-        def __init__(self, limit: int) -> None:
-            self.inner = real(limit)
-
-        def add(self, fd: int, size: int, gate: object = None) -> None:
-            names.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
-            self.inner.add(fd, size, gate)
-
-        def close(self) -> None:
-            self.inner.close()
-
-    monkeypatch.setattr(_archive, "ReadAhead", Recording)
-    return names
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names a descriptor's file through /proc")
-@pytest.mark.parametrize(("ledger", "verify_bodies", "order"), [
-    ("small", True, ["session.bodies", "session.db"]),
-    ("small", False, ["session.db"]),
-    ("large", True, ["session.db", "session.bodies"])])
-def test_session_bodies_streams_first_where_it_is_a_small_part_of_session_db(
-        ledger: str, verify_bodies: bool, order: list[str], request: pytest.FixtureRequest,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    db: Path = request.getfixturevalue(ledger)
-    names = _streamed(monkeypatch)
-    report = check_ledger(db, verify_bodies=verify_bodies)
-    assert report.sound
-    assert names == order
-    if verify_bodies:
-        assert report.checks["verify_bodies"].counts["verified"] == (600 if ledger == "small" else 40)
-
-
-def test_a_check_streaming_session_bodies_first_opens_it_once(small: Path, tmp_path: Path) -> None:
-    assert _bodies_opens(small, tmp_path) == (0, 1)
 
 
 def _spied(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[bool]]:
@@ -151,17 +90,13 @@ def test_a_check_reading_the_bodies_first_opens_session_bodies_once(large: Path,
     assert _bodies_opens(large, tmp_path) == (0, 1)
 
 
-@pytest.mark.parametrize("ledger", ["large", "small"])
-def test_a_bad_header_is_one_finding_and_one_open_in_either_order(ledger: str, request: pytest.FixtureRequest,
-                                                                  tmp_path: Path) -> None:
-    """The early open (the read-back's where session.bodies is the larger file, the
-    read-ahead's where it is a small part of session.db) fails on a header that is not an
-    archive's; the walk reports it from the snapshot's remembered refusal, without opening the
-    file again."""
+def test_a_bad_header_is_one_finding_and_one_open_in_either_order(large: Path, tmp_path: Path) -> None:
+    """The early read-back's open fails on a header that is not an archive's; the walk reports
+    it from the snapshot's remembered refusal, without opening the file again."""
     import shutil
 
     broken = tmp_path / "sess-bad-header"
-    shutil.copytree(request.getfixturevalue(ledger).parent, broken)
+    shutil.copytree(large.parent, broken)
     with open(broken / "session.bodies", "r+b") as f:
         f.write(b"NOTANARCHIVE")
     db = broken / "session.db"

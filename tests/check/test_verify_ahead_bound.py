@@ -20,8 +20,10 @@ from oracles.peak_memory import STATUS, measured
 pytestmark = pytest.mark.skipif(not STATUS.exists(), reason="the measured child needs /proc/self/status")
 
 
-def check(db: Path, saved: Path | None = None) -> tuple[int, dict[str, Any]]:
+def check(db: Path, saved: Path | None = None, bodies_first: bool = False) -> tuple[int, dict[str, Any]]:
     env = {verify_ahead.ENV: str(saved)} if saved is not None else None
+    if env is not None and bodies_first:
+        env[verify_ahead.BODIES_FIRST] = "1"
     got = measured(["check", "--db", str(db), "--verify-bodies", "--json"], env=env,
                    preload=("oracles.verify_ahead",), timeout=120)
     return got.status, json.loads(got.stdout)
@@ -71,3 +73,16 @@ def test_a_damaged_segment_reads_the_same_either_way(tmp_path: Path) -> None:
     assert plain[0] == ahead[0] != 0
     assert ahead[1]["checks"]["verify_bodies"] == plain[1]["checks"]["verify_bodies"]
     assert ahead[1]["checks"]["verify_bodies"]["findings"]
+
+
+def test_reading_session_bodies_first_changes_no_verdict(tmp_path: Path) -> None:
+    db = write_ledger(tmp_path / "sess")
+    saved = saved_index(db, tmp_path)
+    sound = check(db, saved, bodies_first=True)
+    assert sound[0] == 0 and sound[1]["checks"]["verify_bodies"] == check(db)[1]["checks"]["verify_bodies"]
+    block, _raw, disk = blocks(db)[0]
+    at, _raw_len, comp_len = segments(db.with_suffix(".bodies"), block, disk)[1]
+    flip(db.with_suffix(".bodies"), at + SEGMENT_HEADER_BYTES + comp_len // 2)
+    plain, first = check(db), check(db, saved, bodies_first=True)
+    assert plain[0] == first[0] != 0
+    assert first[1]["checks"]["verify_bodies"] == plain[1]["checks"]["verify_bodies"]

@@ -47,9 +47,6 @@ if TYPE_CHECKING:
 # connection (SQLite reads the schema anew) and a thread, where the whole check is a few
 # milliseconds (measured break-even: about 35 MB of session.db on 2 cores).
 SMALL_CHECK_BYTES = 32 << 20
-# session.bodies streams before session.db where it is at most this fraction of its size: its
-# stream then delays session.db's by at most an eighth (``_bodies_ahead``).
-BODIES_AHEAD_SHARE = 8
 # The identity graph's reads go to the workers ahead of the page jobs: the section waits on
 # them at the end, while the page jobs' order only decides which core finishes last.
 _AHEAD = float("inf")
@@ -84,8 +81,7 @@ def check_ledger(db_path: os.PathLike[str] | str, *, rows: int = 5, verify_bodie
         # Evidence is usually read from disk, not from memory: the files stream in ahead of
         # the steps that read them (a no-op where they are cached already), this check's share
         # of the page cache when a fleet runs several at once.
-        snapshot.read_ahead(bodies=verify_bodies, share=threads / cores.available(),
-                            bodies_first=verify_bodies and _bodies_ahead(snapshot))
+        snapshot.read_ahead(bodies=verify_bodies, share=threads / cores.available())
         check = _Check(snapshot, rows, verify_bodies, progress, route, options)
         outcome = Scheduler(check.steps, snapshot.conn, check.workers, snapshot.interrupt).run()
         check.fill(outcome)
@@ -419,31 +415,13 @@ class _Tables:
         self.counts = counts
 
 
-def _sizes(snapshot: Snapshot) -> tuple[int, int] | None:
-    """(session.bodies, session.db) sizes, where session.bodies is a regular file."""
+def _bodies_larger(snapshot: Snapshot) -> bool:
+    """Whether session.bodies is a regular file larger than session.db."""
     try:
         bodies, db_file = os.lstat(snapshot.bodies_path), os.stat(snapshot.db_path)
     except OSError:
-        return None
-    return (bodies.st_size, db_file.st_size) if stat.S_ISREG(bodies.st_mode) else None
-
-
-def _bodies_larger(snapshot: Snapshot) -> bool:
-    """Whether session.bodies is a regular file larger than session.db."""
-    sizes = _sizes(snapshot)
-    return sizes is not None and sizes[0] > sizes[1]
-
-
-def _bodies_ahead(snapshot: Snapshot) -> bool:
-    """Whether session.bodies streams before session.db: a regular file of at most
-    1 / BODIES_AHEAD_SHARE of its size, not empty. From a cold cache the archive walk (which
-    runs first where session.bodies is the smaller file) then reads its segment headers from
-    the cache, and zlib's rules over the payloads run, at the start, while the page scans'
-    first reads of session.db leave a core idle; streamed after session.db, the walk read the
-    headers from the disk at random, through the stream, and the rules began 0.1-0.15 s later
-    (2-core VM, the million-body sample: session.bodies 1/30 of session.db)."""
-    sizes = _sizes(snapshot)
-    return sizes is not None and 0 < sizes[0] * BODIES_AHEAD_SHARE <= sizes[1]
+        return False
+    return stat.S_ISREG(bodies.st_mode) and bodies.st_size > db_file.st_size
 
 
 def _tables(conn: sqlite3.Connection, names: set[str], result: CheckResult) -> _Tables:
