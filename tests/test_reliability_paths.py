@@ -275,3 +275,38 @@ def test_a_ledger_whose_path_is_not_utf8_is_read_checked_and_listed_by_its_bytes
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     with Ledger(directory) as ledger:
         assert len(ledger.index()) > 0 and len(ledger.events().events) > 0
+
+
+def test_open_regular_opens_a_file_and_refuses_a_fifo_a_directory_and_a_link(tmp_path: Path) -> None:
+    """The one open of a small file beside a ledger: a regular file gives its descriptor and
+    stat; a FIFO is refused at once (no writer is waited for) and a directory alike, each
+    with its descriptor closed; a link is not followed unless asked."""
+    import errno
+
+    from capsem_core.paths import NotRegularFile, open_regular
+
+    regular = tmp_path / "file"
+    regular.write_bytes(b"twelve bytes")
+    fd, st = open_regular(regular)
+    try:
+        assert st.st_size == 12 and os.read(fd, 100) == b"twelve bytes"
+    finally:
+        os.close(fd)
+    before = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for odd in (fifo, tmp_path):
+        with pytest.raises(NotRegularFile, match="not a regular file"):
+            open_regular(odd)
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before
+    link = tmp_path / "link"
+    link.symlink_to(regular)
+    with pytest.raises(OSError) as refused:
+        open_regular(link)
+    assert refused.value.errno == errno.ELOOP
+    fd, st = open_regular(link, follow=True)
+    os.close(fd)
+    assert st.st_size == 12
+    with pytest.raises(FileNotFoundError):
+        open_regular(tmp_path / "missing")

@@ -51,6 +51,7 @@ import struct
 from typing import Literal, NamedTuple
 
 from capsem_core.errors import LedgerError
+from capsem_core.paths import NotRegularFile, open_regular
 
 # One busy timeout for every SQLite file (session.db and main.db, readers and the writer,
 # Python and the native scan). A reader of a WAL database waits only while a writer runs
@@ -130,17 +131,15 @@ def wal_state(wal_path: PathArg) -> WalState | None:
     """
     wal_path = os.fspath(wal_path)
     try:
-        # O_NONBLOCK: a FIFO where the -wal belongs would block the open until a writer came.
-        fd = os.open(wal_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, st = open_regular(wal_path, follow=True)   # as SQLite opens it: through a link
     except FileNotFoundError:
         return None
+    except NotRegularFile:
+        raise LedgerError("not a regular file: a -wal beside a database must be one", wal_path) from None
     except OSError as exc:
         raise LedgerError(f"cannot read: {exc.strerror}", wal_path) from None
     try:
         with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise LedgerError("not a regular file: a -wal beside a database must be one", wal_path)
             size = st.st_size
             header = f.read(_WAL_HEADER)
             if len(header) < _WAL_HEADER:

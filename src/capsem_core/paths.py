@@ -4,8 +4,10 @@ A ledger is ``session.db`` plus ``session.bodies`` in one session directory. Eve
 that reaches a ledger file goes through here, so the rule is the same everywhere: a ledger
 file is a regular file reached without a symbolic link (a link could point a reader, or
 worse a writer, at a file outside the session), and a missing half is named as such.
-Checks use ``lstat`` and open nothing, so a refusal leaves the disk as it was. What a
-command writes out of a ledger follows ``capsem_core.outputs``.
+Checks use ``lstat`` and open nothing, so a refusal leaves the disk as it was. A small file
+read beside a ledger (a -wal's header, a verification record, the VM names) is opened by
+``open_regular``: never blocking on a FIFO, never through a link, its type read from the open
+descriptor. What a command writes out of a ledger follows ``capsem_core.outputs``.
 """
 
 from __future__ import annotations
@@ -82,6 +84,30 @@ def refuse_symlink(path: PathArg, what: str, *, message: str | None = None) -> N
         raise SymlinkRefused(message or f"refusing a {what} that is a symbolic link", path)
 
 
+class NotRegularFile(OSError):
+    """A path that opened but is not a regular file (a FIFO, a device, a directory)."""
+
+
+def open_regular(path: PathArg, *, follow: bool = False) -> tuple[int, os.stat_result]:
+    """``path`` opened read-only as a regular file: (its descriptor, the caller's to close;
+    its fstat). The open never blocks (O_NONBLOCK: a FIFO put where the file belongs would
+    wait for a writer) and, unless ``follow``, never goes through a symbolic link (OSError
+    ELOOP); the type is read from the descriptor, so the file cannot be swapped after the
+    check. FileNotFoundError and other OSErrors as the open raises them; NotRegularFile (the
+    descriptor closed) for any other type of file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFile(0, "not a regular file", os.fspath(path))
+    return fd, st
+
+
 def require_regular_file(path: PathArg, what: str) -> None:
     """LedgerError unless ``path`` is a regular file reached without a link; a missing file
     is named as the missing half of a ledger."""
@@ -98,5 +124,6 @@ def require_regular_file(path: PathArg, what: str) -> None:
         raise LedgerError(f"{what} is not a regular file", path)
 
 
-__all__ = ["SESSION_BODIES", "SESSION_DB", "WRITER_LOCK_SUFFIX", "archive_path_for", "is_real_dir", "is_regular_file",
-           "ledger_paths", "pair_on_disk", "refuse_symlink", "require_regular_file", "writer_lock_path"]
+__all__ = ["SESSION_BODIES", "SESSION_DB", "WRITER_LOCK_SUFFIX", "NotRegularFile", "archive_path_for", "is_real_dir",
+           "is_regular_file", "ledger_paths", "open_regular", "pair_on_disk", "refuse_symlink", "require_regular_file",
+           "writer_lock_path"]

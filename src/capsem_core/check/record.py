@@ -33,6 +33,7 @@ from capsem_core._native import _archive, _blake3
 from capsem_core._native._archive import BLOCK_HEADER_BYTES, FILE_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from capsem_core.errors import LedgerError
 from capsem_core.outputs import PART_SUFFIX, write_file_at
+from capsem_core.paths import NotRegularFile, open_regular
 
 RECORD_DIR_ENV = "CAPSEM_CORE_VERIFIED_DIR"
 MAGIC = b"CAPSEMVR"
@@ -125,15 +126,14 @@ def load(path: Path, identity: Callable[[int], Identity], max_blocks: int) -> tu
     the record's prefix length. At most ``max_blocks`` entries are accepted (the ledger's
     own block count): a longer file is refused by its size, before it is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, st = open_regular(path)
     except FileNotFoundError:
         return None, None
+    except NotRegularFile:
+        return None, "is not a regular file"
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror})"
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, "is not a regular file"
         if st.st_uid != os.geteuid():
             return None, "belongs to another user"
         if st.st_mode & 0o022:

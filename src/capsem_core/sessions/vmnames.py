@@ -20,13 +20,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 import warnings
 from pathlib import Path
 
 from capsem_core.errors import LedgerError, LedgerWarning
 from capsem_core.outputs import write_file_at
-from capsem_core.paths import VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX
+from capsem_core.paths import VM_NAMES_FILE, VM_NAMES_LOCK_SUFFIX, open_regular
 from capsem_core.sessions.home import session_word_problem
 
 SIDECAR_NAME = VM_NAMES_FILE
@@ -81,18 +80,14 @@ def read_links(main_db: os.PathLike[str] | str) -> dict[str, str]:
     """``{name: session id}`` from the sidecar; empty when it is missing or damaged."""
     path = sidecar_path(main_db)
     try:
-        # O_NONBLOCK: a FIFO put where the file belongs would block the open until a writer came.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd, _st = open_regular(path)
     except FileNotFoundError:
         return {}
-    except OSError as exc:
+    except OSError as exc:   # NotRegularFile's says "not a regular file"
         warn(f"{path}: ignoring VM name links: {exc.strerror or exc}")
         return {}
     try:
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                warn(f"{path}: ignoring VM name links: not a regular file")
-                return {}
             raw = fh.read(MAX_SIDECAR_BYTES + 1)
     except OSError as exc:
         warn(f"{path}: ignoring VM name links: {exc.strerror or exc}")
