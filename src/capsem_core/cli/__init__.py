@@ -4,9 +4,9 @@ owns how text reaches a terminal, ``errors`` how a command gives up.
 ``main`` is the entry point: it imports the command asked for itself (only that one), and
 handles a Ctrl-C, SIGTERM or SIGHUP from before it loads the command to after the command
 returns, so that one arriving while it loads or while the arguments are parsed ends in the
-same one line and exit status as one arriving later, never a traceback or a silent death. The package and this module import nothing that is
-not loaded with the interpreter already, so the window before that handling starts is the
-interpreter's own start.
+same one line and exit status as one arriving later, never a traceback or a silent death.
+The package and this module import nothing that is not loaded with the interpreter already,
+so the window before that handling starts is the interpreter's own start.
 """
 
 from __future__ import annotations
