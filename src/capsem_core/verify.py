@@ -115,24 +115,18 @@ def run(snapshot: Snapshot, part: Part | None = None, *, threads: int = 0, progr
             raise ValueError("a read_back outcome is the whole snapshot's, handed nowhere")
         faults = _faults(read, rows, snapshot.conn, snapshot.db_path) if read.status.any() else []
         return Verified(read.status, faults)
-    kernel_rows = rows.kernel_rows()
-    begin = getattr(progress, "begin", None)
-    if begin is not None:
-        begin(int(rows.body_len.sum()), len(rows))
-    reader = snapshot.archive()
-    blocks = part.blocks.arrays()
+    _tell_totals(progress, rows)
     walk = snapshot.walk if part.whole else None
     datas: list[bytes | None] | None = None
     if into is not None and into.as_bytes:
-        outcome, datas = _archive.verify_bodies_into_bytes(reader, blocks, kernel_rows, cores.threads(threads),
-                                                           use_libdeflate, buffers=into.buffers)
+        outcome, datas = _archive.verify_bodies_into_bytes(snapshot.archive(), part.blocks.arrays(),
+                                                           rows.kernel_rows(), cores.threads(threads), use_libdeflate,
+                                                           buffers=into.buffers)
     elif into is not None:
-        outcome = _archive.verify_bodies_with(reader, blocks, kernel_rows, cores.threads(threads), progress,
-                                              use_libdeflate, walk, out=into.buffer, out_offset=into.offsets,
-                                              buffers=into.buffers)
+        outcome = _kernel(snapshot, part, threads, progress, use_libdeflate, walk, out=into.buffer,
+                          out_offset=into.offsets, buffers=into.buffers)
     else:
-        outcome = _archive.verify_bodies_with(reader, blocks, kernel_rows, cores.threads(threads), progress,
-                                              use_libdeflate, walk)
+        outcome = _kernel(snapshot, part, threads, progress, use_libdeflate, walk)
     faults = _faults(outcome, rows, snapshot.conn, snapshot.db_path) if outcome.status.any() else []
     return Verified(outcome.status, faults, datas)
 
@@ -150,11 +144,23 @@ def read_back(snapshot: Snapshot, *, threads: int = 0,
     part = whole(snapshot)
     if len(part.rows) == 0:
         return None
+    _tell_totals(progress, part.rows)
+    return _kernel(snapshot, part, threads, progress, True, None)
+
+
+def _tell_totals(progress: Progress | None, rows: BodyIndex) -> None:
+    """A progress callback that has ``begin`` is told the bytes and bodies to come."""
     begin = getattr(progress, "begin", None)
     if begin is not None:
-        begin(int(part.rows.body_len.sum()), len(part.rows))
+        begin(int(rows.body_len.sum()), len(rows))
+
+
+def _kernel(snapshot: Snapshot, part: Part, threads: int, progress: Progress | None, use_libdeflate: bool,
+            walk: _archive.ExtentWalk | None, **out: Any) -> _archive.VerifyOutcome:
+    """The native kernel over ``part`` on the snapshot's archive reader (``out``: where it
+    hands the verified bytes, see ``Into``)."""
     return _archive.verify_bodies_with(snapshot.archive(), part.blocks.arrays(), part.rows.kernel_rows(),
-                                       cores.threads(threads), progress, True, None)
+                                       cores.threads(threads), progress, use_libdeflate, walk, **out)
 
 
 def verify_ledger(db_path: os.PathLike[str] | str, *, threads: int = 0, progress: Progress | None = None,
