@@ -44,9 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             startup.begin()
 
         app.command_module(app.chosen_command(words))  # imported inside this guard
-        # Still inside it: app.main installs the same handlers around the command, and a
-        # signal before it does (while argparse builds the parser) or after (at exit) is
-        # handled alike.
+        # Still inside it: app.main installs the same handlers around its own work, and a
+        # signal just before it does or after it has put them back is handled alike.
         code = app.main(words)
         if program:
             startup.end()

@@ -1,12 +1,13 @@
 """``capsem-ledger``: the subcommands, wired, each imported only when it is the one asked for.
 
 Each command is a module of this package exposing ``add_arguments(parser)`` and
-``run(args) -> int`` (``COMMANDS``); this module only wires them up and turns every failure into one line on stderr, never a
-traceback: a LedgerError or an OSError is exit status 1, a UsageError (arguments that
-contradict each other) is argparse's usage line and exit 2, Ctrl-C 130, SIGTERM 143 and SIGHUP 129.
-Every message goes through ``terminal.sanitize``: LedgerError text quotes paths and values.
-A command run with ``--json`` also gets its error as JSON on stdout (``{"error": ...,
-"command": ..., "exit_status": ..., "path": ...}``), so a script reading stdout always reads JSON.
+``run(args) -> int`` (``COMMANDS``); this module only wires them up and turns every failure
+into one line on stderr, never a traceback: a LedgerError or an OSError is exit status 1, a
+UsageError (arguments that contradict each other) is argparse's usage line and exit 2,
+Ctrl-C 130, SIGTERM 143 and SIGHUP 129. Every message goes through ``terminal.sanitize``:
+LedgerError text quotes paths and values. A command run with ``--json`` also gets its error
+as JSON on stdout (``{"error": ..., "command": ..., "exit_status": ..., "path": ...}``), so a
+script reading stdout always reads JSON.
 """
 
 from __future__ import annotations
@@ -188,8 +189,14 @@ def _main(argv: Sequence[str] | None) -> int:
     args: argparse.Namespace | None = None
     previous: list[tuple[int, Any]] = []
     try:
-        # Inside the try: a Ctrl-C while the parser is built (slow on a busy or emulated
-        # machine) ends in the one line too, not a traceback.
+        # SIGTERM and SIGHUP raise Terminated in every command, as Ctrl-C raises
+        # KeyboardInterrupt: the writers' exit paths run (and leave a sound ledger) instead of
+        # the process dying mid-record, and a reader ends in the same one line (and 143 or
+        # 129), whatever it was doing. Set inside the try, before the parser is built (slow on
+        # a busy or emulated machine), so that a signal then ends in the one line too, as a
+        # Ctrl-C does. (Handlers belong to the main thread; a caller on another thread keeps
+        # its own.)
+        previous = on_termination()
         warnings.showwarning = _show_warning
         words = sys.argv[1:] if argv is None else list(argv)
         _Parser.json_wanted = _json_in(words)
@@ -197,12 +204,6 @@ def _main(argv: Sequence[str] | None) -> int:
         if extra:
             # Said by the command's own parser, so the line names the command.
             args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        # SIGTERM and SIGHUP raise Terminated in every command, as Ctrl-C raises
-        # KeyboardInterrupt: the writers' exit paths run (and leave a sound ledger) instead of
-        # the process dying mid-record, and a reader ends in the same one line (and 143 or
-        # 129), whatever it was doing. (Handlers belong to the main thread; a caller on another
-        # thread keeps its own.)
-        previous = on_termination()
         code = int(args._run(args))
         sys.stdout.flush()   # here, so a failure of what is still buffered is said as any other
         return code

@@ -8,9 +8,10 @@ When it ends it prints ``cursor: <cursor>`` on stderr; ``--after <cursor>`` resu
 after the last event printed. Without ``--follow`` it stops once it has caught up with what
 was committed; with it, it polls until Ctrl-C, SIGTERM or SIGHUP and then exits 0. A second
 signal interrupts at once (exit 130, 143 or 129, the cursor still printed for what was
-written). A page that cannot be read (a row too large for one) ends it after the events before it: their
-cursor, then the error's one line (exit 1). A closed pipe ends it quietly. ``--table T --format
-parquet|arrow -o FILE`` writes one table's rows as a file instead (``events_file``).
+written). A page that cannot be read (a row too large for one) ends it after the events
+before it: their cursor, then the error's one line (exit 1). A closed pipe ends it quietly.
+``--table T --format parquet|arrow -o FILE`` writes one table's rows as a file instead
+(``events_file``).
 """
 
 from __future__ import annotations
