@@ -293,7 +293,7 @@ class _Check:
         end = getattr(self.progress, "end", None)
         try:
             return verify.read_back(self.snapshot, progress=self.progress)
-        except LedgerError:   # ArchiveError: the file's header is the walk's finding
+        except LedgerError:   # not opened (no archive header, a link, not a file): the walk words why
             return None
         finally:
             if end is not None:
